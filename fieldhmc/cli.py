@@ -1,0 +1,353 @@
+"""Command-line interface: parse arguments, load the config, call the library.
+
+The CLI is deliberately thin. For ``simulate`` and ``run`` it validates the
+configuration first (no TensorFlow import, nothing written), then checks the
+output directory, and only then imports :mod:`fieldhmc.workflow`, which does the
+work. User errors (invalid config, refused overwrite, a ``ValueError`` or
+``FileNotFoundError`` from the library) are printed as one line on stderr and
+give exit status 2; ``-v`` adds the traceback.
+
+Examples
+--------
+>>> from fieldhmc.cli import main
+>>> main(["validate", "configs/quickstart.yaml"])  # doctest: +SKIP
+ok: configs/quickstart.yaml: 32x32x32 grid, ...
+0
+"""
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fieldhmc import config as config_module
+from fieldhmc.config import Config, ConfigError
+
+__all__ = ["build_parser", "main"]
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+_LIBRARY_ERRORS = (ValueError, FileNotFoundError, FileExistsError)
+
+_EXAMPLES = {
+    "fieldhmc": """\
+examples:
+  fieldhmc validate configs/quickstart.yaml
+  fieldhmc run configs/quickstart.yaml --out runs/quickstart --overwrite
+  fieldhmc run configs/gaussian_64.yaml --set sampler.num_results=1000 --set sampler.seed=1
+  fieldhmc resume runs/quickstart --num-results 500
+  fieldhmc diagnose runs/quickstart
+  fieldhmc plot runs/quickstart
+  fieldhmc config-schema
+""",
+    "simulate": """\
+examples:
+  fieldhmc simulate configs/quickstart.yaml --out data/quickstart
+  fieldhmc simulate configs/masked_64.yaml --out data/masked --set data.seed=7 --overwrite
+""",
+    "run": """\
+examples:
+  fieldhmc run configs/quickstart.yaml
+  fieldhmc run configs/quickstart.yaml --out runs/qs_seed1 --set sampler.seed=1
+  fieldhmc run configs/masked_64.yaml --set sampler.kind=fieldnuts --set sampler.max_tree_depth=8
+  fieldhmc run configs/gaussian_64.yaml --set grid.shape=[32,32,32] --overwrite
+""",
+    "resume": """\
+examples:
+  fieldhmc resume runs/quickstart                    # finish an interrupted run
+  fieldhmc resume runs/quickstart --num-results 1000 # extend a finished run
+""",
+    "diagnose": """\
+examples:
+  fieldhmc diagnose runs/quickstart
+""",
+    "plot": """\
+examples:
+  fieldhmc plot runs/quickstart
+""",
+    "config-schema": """\
+examples:
+  fieldhmc config-schema
+  fieldhmc config-schema --json > schema.json
+""",
+    "validate": """\
+examples:
+  fieldhmc validate configs/quickstart.yaml
+  fieldhmc validate configs/masked_64.yaml --set model.likelihood.sigma=0.5
+""",
+}
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (got {value})")
+    return value
+
+
+def _verbosity_parser(*, is_top_level: bool) -> argparse.ArgumentParser:
+    """``-v/-q`` options, accepted before or after the subcommand."""
+    parser = argparse.ArgumentParser(add_help=False)
+    default = 0 if is_top_level else argparse.SUPPRESS
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=default,
+        help="more logging (-vv: debug); show tracebacks on errors",
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=False if is_top_level else argparse.SUPPRESS,
+        help="only warnings and errors",
+    )
+    return parser
+
+
+def _add_overrides(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="override a config key, e.g. --set sampler.num_results=500 "
+        "(value parsed as YAML; repeatable)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the ``fieldhmc`` argument parser.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        Parser with one subparser per command; each sets ``args.handler``.
+    """
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="fieldhmc",
+        description="Hamiltonian Monte Carlo over the Fourier modes of a real 3D field.",
+        epilog=_EXAMPLES["fieldhmc"],
+        formatter_class=formatter,
+        parents=[_verbosity_parser(is_top_level=True)],
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    verbosity = _verbosity_parser(is_top_level=False)
+
+    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> Any:
+        sub = commands.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=_EXAMPLES[name],
+            formatter_class=formatter,
+            parents=[verbosity],
+        )
+        sub.set_defaults(handler=handler)
+        return sub
+
+    sub = add("simulate", _cmd_simulate, "Simulate a field and data from a config.")
+    sub.add_argument("config", type=Path, metavar="CONFIG", help="YAML config file")
+    sub.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    _add_overrides(sub)
+    sub.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty DIR, replacing only fieldhmc's own files",
+    )
+
+    sub = add("run", _cmd_run, "Run inference from a config (simulating data if asked).")
+    sub.add_argument("config", type=Path, metavar="CONFIG", help="YAML config file")
+    sub.add_argument(
+        "--out", type=Path, metavar="DIR", help="run directory (default: outputs.directory)"
+    )
+    _add_overrides(sub)
+    sub.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty DIR, replacing only fieldhmc's own files",
+    )
+
+    sub = add("resume", _cmd_resume, "Resume an interrupted run or extend a finished one.")
+    sub.add_argument("run_dir", type=Path, metavar="DIR", help="run directory")
+    sub.add_argument(
+        "--num-results",
+        type=_positive_int,
+        metavar="N",
+        help="total results per chain to reach (default: the configured num_results)",
+    )
+
+    sub = add("diagnose", _cmd_diagnose, "Compute convergence diagnostics of a run.")
+    sub.add_argument("run_dir", type=Path, metavar="DIR", help="run directory")
+
+    sub = add("plot", _cmd_plot, "Make the standard plots of a run.")
+    sub.add_argument("run_dir", type=Path, metavar="DIR", help="run directory")
+
+    sub = add("config-schema", _cmd_schema, "Print every config key with type and default.")
+    sub.add_argument("--json", action="store_true", help="print the JSON schema instead")
+
+    sub = add("validate", _cmd_validate, "Check a config file without running anything.")
+    sub.add_argument("config", type=Path, metavar="CONFIG", help="YAML config file")
+    _add_overrides(sub)
+    return parser
+
+
+def _configure_logging(verbose: int, quiet: bool) -> None:
+    if quiet:
+        level = logging.WARNING
+    elif verbose >= 1:
+        level = logging.DEBUG
+    else:
+        level = logging.INFO
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    logging.getLogger("fieldhmc").setLevel(level)
+    if verbose >= 2:
+        logging.getLogger().setLevel(logging.DEBUG)
+
+
+class _UsageError(Exception):
+    """A one-line user error detected by the CLI itself (exit status 2)."""
+
+
+def _check_output_dir(out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise _UsageError(f"output path exists and is not a directory: {out_dir}")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+        raise _UsageError(
+            f"output directory is not empty: {out_dir} (pass --overwrite to replace "
+            "fieldhmc's files in it)"
+        )
+
+
+def _check_run_dir(run_dir: Path) -> Path:
+    run_dir = Path(os.path.abspath(run_dir))
+    if not run_dir.is_dir():
+        raise _UsageError(f"run directory not found: {run_dir}")
+    return run_dir
+
+
+def _load(args: argparse.Namespace) -> Config:
+    config = config_module.load_config(args.config, args.overrides)
+    logger.debug("loaded %s: %s", args.config, config.summary())
+    return config
+
+
+def _workflow() -> Any:
+    from fieldhmc import workflow  # imports TensorFlow: only after validation
+
+    return workflow
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    config = _load(args)
+    out_dir = Path(os.path.abspath(args.out))
+    _check_output_dir(out_dir, args.overwrite)
+    config = config.with_output_directory(out_dir)
+    _workflow().simulate(config, out_dir, overwrite=args.overwrite)
+    logger.info("simulated data written to %s", out_dir)
+    return EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if args.out is not None:
+        config = config.with_output_directory(args.out)
+    out_dir = config.outputs.directory
+    _check_output_dir(out_dir, args.overwrite)
+    logger.info("run: %s", config.summary())
+    _workflow().run(config, out_dir, overwrite=args.overwrite)
+    logger.info("run written to %s", out_dir)
+    return EXIT_OK
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    run_dir = _check_run_dir(args.run_dir)
+    _workflow().resume(run_dir, num_results=args.num_results)
+    logger.info("run in %s resumed", run_dir)
+    return EXIT_OK
+
+
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    run_dir = _check_run_dir(args.run_dir)
+    _workflow().diagnose(run_dir)
+    return EXIT_OK
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    run_dir = _check_run_dir(args.run_dir)
+    _workflow().plot(run_dir)
+    return EXIT_OK
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    if args.json:
+        import json
+
+        print(json.dumps(Config.model_json_schema(), indent=2))
+    else:
+        print(config_module.schema_text(), end="")
+    return EXIT_OK
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    config = _load(args)
+    print(f"ok: {args.config}: {config.summary()}")
+    return EXIT_OK
+
+
+def _report(message: str, *, with_traceback: bool = False) -> int:
+    if with_traceback:
+        traceback.print_exc(file=sys.stderr)
+    print(" ".join(message.split()), file=sys.stderr)
+    return EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``fieldhmc`` command line.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Arguments without the program name; ``sys.argv[1:]`` if ``None``.
+
+    Returns
+    -------
+    int
+        Exit status: 0 on success, 2 for usage, configuration and data errors.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed by argparse
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    _configure_logging(args.verbose, args.quiet)
+    try:
+        return args.handler(args)
+    except ConfigError as exc:  # already one line naming the key; no traceback
+        return _report(str(exc))
+    except _UsageError as exc:
+        return _report(f"error: {exc}")
+    except _LIBRARY_ERRORS as exc:
+        return _report(f"error: {exc}", with_traceback=args.verbose > 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

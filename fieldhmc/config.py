@@ -1,0 +1,1251 @@
+"""Validated run configuration; the only module that reads or writes YAML.
+
+A run is described by one YAML file with the sections ``grid``, ``model``,
+``data``, ``sampler``, ``outputs`` and the scalar ``precision``. The file is
+parsed with a :class:`yaml.SafeLoader` subclass, validated into frozen pydantic
+models (unknown keys are errors) and cross-checked (incompatible options,
+input files that are missing, of the wrong shape or with invalid values), so
+that a bad configuration fails in well under a second, before TensorFlow is
+imported. Every failure is a :class:`ConfigError` whose message is one line
+naming the offending dotted key, e.g.::
+
+    config error: sampler.num_chains: must be >= 1 (got 0)
+
+Defaults live in one place only: the ``Field`` declarations below, which
+:func:`schema_text` (``fieldhmc config-schema``) prints.
+
+Options that only apply to some kinds (``sampler.num_leapfrog_steps`` for
+``hmc``, ``model.likelihood.nbar`` for ``lognormal_poisson``, ...) are an error
+when given explicitly for another kind and are resolved to ``None`` there, so
+the library never reads a value that does not apply.
+
+Paths
+-----
+Relative input paths (``model.power.file``, ``model.likelihood.sigma_map``,
+``model.likelihood.mask.file``, ``data.path``) are resolved against the
+directory of the config file. ``outputs.directory`` is an output location and,
+like ``--out`` on the command line, is resolved against the current working
+directory. Values given with ``--set`` for a path key are resolved against the
+current working directory as well. After loading, all paths are absolute.
+
+This module must not import TensorFlow, nor any part of fieldhmc that does.
+"""
+
+import copy
+import difflib
+import math
+import os
+import re
+import tempfile
+import textwrap
+import types
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import numpy as np
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError, PydanticUndefined
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "GridConfig",
+    "HyperparametersConfig",
+    "IndexPrior",
+    "LikelihoodConfig",
+    "LogAmplitudePrior",
+    "MaskConfig",
+    "MaskGenerateConfig",
+    "ModelConfig",
+    "OutputsConfig",
+    "PowerConfig",
+    "SamplerConfig",
+    "config_from_dict",
+    "dump_yaml",
+    "load_config",
+    "read_yaml",
+    "schema_text",
+    "write_yaml",
+]
+
+# Default target acceptance probability per sampler kind (``target_accept_prob: null``).
+TARGET_ACCEPT_PROB_DEFAULTS: dict[str, float] = {
+    "hmc": 0.65,
+    "chees": 0.65,
+    "snaper": 0.65,
+    "nuts": 0.8,
+    "fieldnuts": 0.8,
+}
+_TARGET_ACCEPT_BY_VALUE: dict[float, list[str]] = {}
+for _kind, _value in TARGET_ACCEPT_PROB_DEFAULTS.items():
+    _TARGET_ACCEPT_BY_VALUE.setdefault(_value, []).append(_kind)
+del _kind, _value
+NUTS_KINDS = ("nuts", "fieldnuts")
+ENSEMBLE_KINDS = ("chees", "snaper")
+GAUSSIAN_LIKELIHOODS = ("gaussian", "masked_gaussian")
+DATA_SUFFIXES = (".npy", ".npz", ".h5", ".hdf5")
+
+_ERROR_TYPE = "fieldhmc_config"
+_MAX_SHOWN = 60
+
+
+# --------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------
+
+
+class ConfigError(ValueError):
+    """An invalid configuration, reported as one line naming the offending key.
+
+    Parameters
+    ----------
+    key : str
+        Dotted key of the offending option (``sampler.num_chains``,
+        ``grid.shape[1]``), or the config file path for file-level problems.
+    message : str
+        What is wrong, including the offending value where useful.
+
+    Examples
+    --------
+    >>> str(ConfigError("sampler.num_chains", "must be >= 1 (got 0)"))
+    'config error: sampler.num_chains: must be >= 1 (got 0)'
+    """
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = _one_line(key)
+        self.message = _one_line(message)
+        super().__init__(f"config error: {self.key}: {self.message}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _field_error(field: str, message: str) -> PydanticCustomError:
+    """Error raised inside a validator; ``field`` is dotted, relative to the model."""
+    return PydanticCustomError(_ERROR_TYPE, "{message}", {"message": message, "field": field})
+
+
+def _show(value: object) -> str:
+    """Short, YAML-flavoured rendering of an offending input value."""
+    if value is None:
+        text = "null"
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    else:
+        text = repr(value)
+    text = _one_line(text)
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+def _dotted(loc: Sequence[object]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part != "":
+            out += f".{part}" if out else str(part)
+    return out
+
+
+_BOUNDS = {
+    "greater_than": (">", "gt"),
+    "greater_than_equal": (">=", "ge"),
+    "less_than": ("<", "lt"),
+    "less_than_equal": ("<=", "le"),
+}
+
+
+def _describe_error(error: Mapping[str, Any]) -> tuple[str, str]:
+    """Dotted key and concise message for one pydantic error entry."""
+    kind = error["type"]
+    loc = tuple(error["loc"])
+    ctx = error.get("ctx") or {}
+    if kind == _ERROR_TYPE:
+        field = ctx.get("field", "")
+        return _dotted(loc + tuple(field.split("."))), ctx["message"]
+    key = _dotted(loc)
+    if kind == "missing":
+        return key, "required key is missing"
+    if kind == "extra_forbidden":
+        return key, _unknown_key_message(loc)
+    if kind in _BOUNDS:
+        symbol, name = _BOUNDS[kind]
+        message = f"must be {symbol} {ctx.get(name)}"
+    elif kind in ("model_type", "dict_type", "model_attributes_type"):
+        message = "must be a mapping of keys to values"
+    elif kind == "path_type":
+        message = "must be a path string"
+    elif kind == "bool_type":
+        message = "must be true or false"
+    else:
+        message = str(error["msg"]).replace("Input should be", "must be")
+        message = message[:1].lower() + message[1:]
+    return key, f"{message} (got {_show(error.get('input'))})"
+
+
+def _unknown_key_message(loc: Sequence[object]) -> str:
+    model: type[BaseModel] | None = Config
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if model is not None else None
+        model = _model_class(field.annotation) if field is not None else None
+    if model is None:
+        return "unknown key"
+    allowed = list(model.model_fields)
+    given = str(loc[-1])
+    close = [name for name in allowed if name.startswith(given)] or difflib.get_close_matches(
+        given, allowed, n=1
+    )
+    if close:
+        return f"unknown key (did you mean '{close[0]}'?)"
+    return f"unknown key (allowed: {', '.join(allowed)})"
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    """Turn the first pydantic error into a one-line :class:`ConfigError`."""
+    errors = exc.errors(include_url=False)
+    if not errors:  # pragma: no cover - pydantic always reports at least one
+        return ConfigError("config", str(exc))
+    return ConfigError(*_describe_error(errors[0]))
+
+
+# --------------------------------------------------------------------------------------
+# Validation helpers
+# --------------------------------------------------------------------------------------
+
+
+def _set_resolved(model: BaseModel, **values: object) -> None:
+    """Store resolved values on a freshly validated frozen model (validators only)."""
+    for name, value in values.items():
+        object.__setattr__(model, name, value)
+
+
+def _apply_kind_rule(
+    model: BaseModel, name: str, applies: bool, requirement: str, actual: str
+) -> None:
+    """Reject an explicitly given option that does not apply; resolve the rest.
+
+    An option that does not apply is an error if it was given explicitly (and is not
+    ``null``) and is otherwise set to ``None``. An option that applies but is ``None``
+    gets its declared default. ``requirement`` says when the option applies
+    (``"sampler.kind=hmc"``), ``actual`` what was chosen (``"sampler.kind=nuts"``).
+    """
+    value = getattr(model, name)
+    if not applies:
+        if value is not None and name in model.model_fields_set:
+            raise _field_error(
+                name, f"only used when {requirement} (here {actual}); remove it or set it to null"
+            )
+        _set_resolved(model, **{name: None})
+    elif value is None:
+        _set_resolved(model, **{name: type(model).model_fields[name].default})
+
+
+def _absolute(value: object, base: Path | None) -> object:
+    if value is None or not isinstance(value, str | os.PathLike):
+        return value
+    if isinstance(value, str) and not value.strip():
+        raise _field_error("", "must be a non-empty path")
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = (base if base is not None else Path.cwd()) / path
+    return Path(os.path.abspath(path))
+
+
+def _input_path(value: object, info: ValidationInfo) -> object:
+    """Resolve an input path against the config directory (validation context)."""
+    base = (info.context or {}).get("base_dir")
+    return _absolute(value, Path(base) if base is not None else None)
+
+
+def _require_file(path: Path | None, suffixes: Sequence[str] = ()) -> Path | None:
+    if path is None:
+        return None
+    if not path.exists():
+        raise _field_error("", f"file not found: {path}")
+    if not path.is_file():
+        raise _field_error("", f"not a regular file: {path}")
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise _field_error("", f"must be a {' or '.join(suffixes)} file (got {path.name!r})")
+    return path
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path} as .npy: {exc}") from None
+
+
+def _check_grid_array(
+    array: np.ndarray, path: Path, grid_shape: tuple[int, ...], *, allow_nonfinite: bool = False
+) -> None:
+    if tuple(array.shape) != tuple(grid_shape):
+        raise ValueError(
+            f"array shape {tuple(array.shape)} in {path} does not match grid.shape "
+            f"{tuple(grid_shape)}"
+        )
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or np.iscomplexobj(
+        array
+    ):
+        raise ValueError(f"must hold real numbers (got dtype {array.dtype} in {path})")
+    if not allow_nonfinite and not np.isfinite(array).all():
+        raise ValueError(f"contains NaN or Inf values: {path}")
+
+
+def _array_error(field: str, check: Any, *args: Any, **kwargs: Any) -> None:
+    """Run a file check, re-raising its ``ValueError`` as an error at ``field``."""
+    try:
+        check(*args, **kwargs)
+    except PydanticCustomError:  # already names its key
+        raise
+    except ValueError as exc:
+        raise _field_error(field, str(exc)) from None
+
+
+def _check_sigma_map(path: Path, grid_shape: tuple[int, ...]) -> None:
+    array = _load_npy(path)
+    _check_grid_array(array, path, grid_shape)
+    if not (array > 0).all():
+        raise ValueError(f"all values must be > 0 (min {float(array.min()):g} in {path})")
+
+
+def _check_mask_file(path: Path, grid_shape: tuple[int, ...]) -> None:
+    array = _load_npy(path)
+    _check_grid_array(array, path, grid_shape)
+    low, high = float(array.min()), float(array.max())
+    if low < 0 or high > 1:
+        raise ValueError(f"values must lie in [0, 1] (got min {low:g}, max {high:g} in {path})")
+    if high == 0:
+        raise ValueError(f"mask is zero everywhere, nothing is observed: {path}")
+
+
+def _check_data_file(path: Path, key: str, grid_shape: tuple[int, ...]) -> None:
+    """Check shape and dtype of the observed data; NaN is allowed (masked voxels)."""
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        array = _load_npy(path)
+        _check_grid_array(array, path, grid_shape, allow_nonfinite=True)
+        return
+    if suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                names = list(archive.files)
+                if key not in names:
+                    raise KeyError(key)
+                array = archive[key]
+        except KeyError:
+            raise _field_error(
+                "data.key", f"array {key!r} not found in {path} (available: {', '.join(names)})"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read {path} as .npz: {exc}") from None
+        _check_grid_array(array, path, grid_shape, allow_nonfinite=True)
+        return
+    import h5py  # only needed here; keeps `import fieldhmc.config` light
+
+    try:
+        with h5py.File(path, "r") as handle:
+            if key not in handle or not isinstance(handle[key], h5py.Dataset):
+                names = ", ".join(handle.keys())
+                raise _field_error(
+                    "data.key", f"dataset {key!r} not found in {path} (available: {names})"
+                )
+            shape = tuple(handle[key].shape)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path} as HDF5: {exc}") from None
+    if shape != tuple(grid_shape):
+        raise ValueError(
+            f"dataset shape {shape} in {path} does not match grid.shape {tuple(grid_shape)}"
+        )
+
+
+def _check_power_table(path: Path) -> None:
+    try:
+        table = np.loadtxt(path, ndmin=2, dtype=float)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path} as a two-column text table: {exc}") from None
+    if table.shape[1] != 2 or table.shape[0] < 2:
+        raise ValueError(f"need >= 2 rows of two columns k, P(k) (got shape {table.shape})")
+    k, power = table[:, 0], table[:, 1]
+    if not np.isfinite(table).all():
+        raise ValueError(f"contains NaN or Inf values: {path}")
+    if (k <= 0).any() or (np.diff(k) <= 0).any():
+        raise ValueError(f"k (first column) must be > 0 and strictly increasing in {path}")
+    if (power < 0).any():
+        raise ValueError(f"P(k) (second column) must be >= 0 in {path}")
+
+
+# --------------------------------------------------------------------------------------
+# Schema
+# --------------------------------------------------------------------------------------
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+def _require_npy(path: Path | None) -> Path | None:
+    return _require_file(path, (".npy",))
+
+
+def _require_data(path: Path | None) -> Path | None:
+    return _require_file(path, DATA_SUFFIXES)
+
+
+# Optional input files: resolved against the config directory, then checked to exist.
+TextFile = Annotated[Path | None, BeforeValidator(_input_path), AfterValidator(_require_file)]
+NpyFile = Annotated[Path | None, BeforeValidator(_input_path), AfterValidator(_require_npy)]
+DataFile = Annotated[Path | None, BeforeValidator(_input_path), AfterValidator(_require_data)]
+Positive = Annotated[float, Field(gt=0, strict=True, allow_inf_nan=False)]
+GridSize = Annotated[int, Field(ge=2, strict=True)]
+
+
+def _finite(default: float, description: str, **constraints: Any) -> Any:
+    return Field(default, strict=True, allow_inf_nan=False, description=description, **constraints)
+
+
+def _count(default: int, description: str, **constraints: Any) -> Any:
+    return Field(default, strict=True, description=description, **constraints)
+
+
+class GridConfig(BaseModel):
+    """Real-space grid: voxel counts and physical box size."""
+
+    model_config = _FROZEN
+
+    shape: tuple[GridSize, GridSize, GridSize] = Field(
+        (32, 32, 32),
+        description="Voxels per axis (n0, n1, n2), each >= 2; odd and non-cubic grids allowed.",
+    )
+    box_size: tuple[Positive, Positive, Positive] = Field(
+        (100.0, 100.0, 100.0),
+        description="Box side length (> 0) in Mpc/h: one number (cubic box) or a list of 3 "
+        "(per axis). Stored as 3 numbers.",
+    )
+
+    @field_validator("shape", mode="before")
+    @classmethod
+    def _shape_is_triple(cls, value: object) -> object:
+        if not isinstance(value, list | tuple) or len(value) != 3:
+            raise _field_error("", f"must be a list of 3 integers (got {_show(value)})")
+        return tuple(value)
+
+    @field_validator("box_size", mode="before")
+    @classmethod
+    def _box_is_triple(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return (value, value, value)
+        if not isinstance(value, list | tuple) or len(value) != 3:
+            raise _field_error("", f"must be a number or a list of 3 numbers (got {_show(value)})")
+        return tuple(value)
+
+
+class PowerConfig(BaseModel):
+    """Prior power spectrum :math:`P(k) = A\\,(k/k_\\mathrm{pivot})^{n}` or a table."""
+
+    model_config = _FROZEN
+
+    kind: Literal["power_law", "turnover", "tabulated"] = Field(
+        "power_law",
+        description="power_law: P = A (k/k_pivot)^index; turnover: the same power law "
+        "flattened below k_turnover; tabulated: interpolate the table in `file`.",
+    )
+    amplitude: Positive = Field(
+        1000.0, description="Amplitude A > 0 of P(k) at k_pivot, volume units (Mpc/h)^3."
+    )
+    index: float = _finite(-1.5, "Spectral index n of P(k) = A (k/k_pivot)^n.")
+    k_pivot: Positive = Field(0.1, description="Pivot wavenumber k_pivot > 0 in h/Mpc.")
+    k_turnover: Positive | None = Field(
+        0.05, description="Turnover wavenumber > 0 in h/Mpc; kind=turnover only."
+    )
+    file: TextFile = Field(
+        None,
+        description="Text file with two columns k [h/Mpc], P(k) [(Mpc/h)^3], k increasing; "
+        "required for kind=tabulated, forbidden otherwise.",
+    )
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> "PowerConfig":
+        _apply_kind_rule(
+            self,
+            "k_turnover",
+            self.kind == "turnover",
+            "model.power.kind=turnover",
+            f"model.power.kind={self.kind}",
+        )
+        if self.kind == "tabulated" and self.file is None:
+            raise _field_error("file", "required when model.power.kind=tabulated")
+        _apply_kind_rule(
+            self,
+            "file",
+            self.kind == "tabulated",
+            "model.power.kind=tabulated",
+            f"model.power.kind={self.kind}",
+        )
+        if self.file is not None:
+            _array_error("file", _check_power_table, self.file)
+        return self
+
+
+class LogAmplitudePrior(BaseModel):
+    """Normal prior on the log power-spectrum amplitude, log A."""
+
+    model_config = _FROZEN
+
+    sample: bool = Field(False, strict=True, description="Sample log A (else fixed).")
+    prior_loc: float | None = _finite(
+        None, "Mean of the Normal prior; null means log(model.power.amplitude)."
+    )
+    prior_scale: Positive = Field(1.0, description="Standard deviation (> 0) of the Normal prior.")
+
+
+class IndexPrior(BaseModel):
+    """Normal prior on the spectral index n."""
+
+    model_config = _FROZEN
+
+    sample: bool = Field(False, strict=True, description="Sample the index n (else fixed).")
+    prior_loc: float | None = _finite(
+        None, "Mean of the Normal prior; null means model.power.index."
+    )
+    prior_scale: Positive = Field(0.5, description="Standard deviation (> 0) of the Normal prior.")
+
+
+class HyperparametersConfig(BaseModel):
+    """Which power-spectrum hyperparameters are sampled (default: none)."""
+
+    model_config = _FROZEN
+
+    log_amplitude: LogAmplitudePrior = Field(
+        default_factory=LogAmplitudePrior, description="Prior on log A."
+    )
+    index: IndexPrior = Field(default_factory=IndexPrior, description="Prior on the index n.")
+
+    @property
+    def is_any_sampled(self) -> bool:
+        """Whether at least one hyperparameter is sampled."""
+        return self.log_amplitude.sample or self.index.sample
+
+
+class MaskGenerateConfig(BaseModel):
+    """A synthetic mask generated from a seed."""
+
+    model_config = _FROZEN
+
+    kind: Literal["slab", "sphere", "random"] = Field(
+        description="slab: a slab through the box; sphere: a ball; random: random voxels."
+    )
+    fraction: float = _finite(
+        0.2, "Fraction of the voxels that are masked (unobserved), in (0, 1).", gt=0, lt=1
+    )
+    seed: int = _count(1, "Seed of the random placement of the generated mask (>= 0).", ge=0)
+
+
+class MaskConfig(BaseModel):
+    """Observation mask (1 = observed, 0 = unobserved): a file or a generated mask."""
+
+    model_config = _FROZEN
+
+    file: NpyFile = Field(
+        None, description=".npy array of grid shape with values in [0, 1], not all zero."
+    )
+    generate: MaskGenerateConfig | None = Field(
+        None, description="Generate a mask instead of reading one."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "MaskConfig":
+        if (self.file is None) == (self.generate is None):
+            raise _field_error("", "give exactly one of mask.file or mask.generate")
+        return self
+
+
+class LikelihoodConfig(BaseModel):
+    """Observation model of the data given the field."""
+
+    model_config = _FROZEN
+
+    kind: Literal["gaussian", "masked_gaussian", "lognormal_poisson"] = Field(
+        "gaussian",
+        description="gaussian: data = field + white noise; masked_gaussian: the same on "
+        "the observed voxels of `mask`; lognormal_poisson: Poisson counts with mean "
+        "nbar * exp(field - var/2) (times the mask if given).",
+    )
+    sigma: Positive | None = Field(
+        1.0,
+        description="Noise standard deviation per voxel, > 0 (gaussian kinds); exclusive with "
+        "sigma_map.",
+    )
+    sigma_map: NpyFile = Field(
+        None,
+        description=".npy array of grid shape with the noise standard deviation per voxel, "
+        "finite and > 0 (gaussian kinds).",
+    )
+    mask: MaskConfig | None = Field(
+        None,
+        description="Required for masked_gaussian, optional for lognormal_poisson, forbidden "
+        "for gaussian: {file: mask.npy} or {generate: {kind, fraction, seed}}.",
+    )
+    nbar: Positive | None = Field(
+        2.0, description="Mean count per voxel, > 0; lognormal_poisson only."
+    )
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> "LikelihoodConfig":
+        is_gaussian = self.kind in GAUSSIAN_LIKELIHOODS
+        requirement = "model.likelihood.kind is gaussian or masked_gaussian"
+        actual = f"model.likelihood.kind={self.kind}"
+        _apply_kind_rule(self, "sigma_map", is_gaussian, requirement, actual)
+        if is_gaussian and self.sigma_map is not None:
+            if self.sigma is not None and "sigma" in self.model_fields_set:
+                raise _field_error("sigma", "give either sigma or sigma_map, not both")
+            _set_resolved(self, sigma=None)
+        else:
+            _apply_kind_rule(self, "sigma", is_gaussian, requirement, actual)
+        _apply_kind_rule(
+            self, "nbar", not is_gaussian, "model.likelihood.kind=lognormal_poisson", actual
+        )
+        if self.kind == "masked_gaussian" and self.mask is None:
+            raise _field_error("mask", "required when model.likelihood.kind=masked_gaussian")
+        if self.kind == "gaussian" and self.mask is not None:
+            raise _field_error(
+                "mask", "not used by model.likelihood.kind=gaussian (use masked_gaussian)"
+            )
+        return self
+
+
+class ModelConfig(BaseModel):
+    """Prior (parametrisation, power spectrum, hyperparameters) and likelihood."""
+
+    model_config = _FROZEN
+
+    parametrisation: Literal["noncentred", "centred"] = Field(
+        "noncentred",
+        description="noncentred: sample white-noise modes scaled by sqrt(P); centred: "
+        "sample the Fourier modes of the field directly.",
+    )
+    power: PowerConfig = Field(default_factory=PowerConfig, description="Prior power spectrum.")
+    hyperparameters: HyperparametersConfig = Field(
+        default_factory=HyperparametersConfig,
+        description="Sampled power-spectrum hyperparameters.",
+    )
+    likelihood: LikelihoodConfig = Field(
+        default_factory=LikelihoodConfig, description="Likelihood of the data."
+    )
+
+    @model_validator(mode="after")
+    def _resolve_priors(self) -> "ModelConfig":
+        hyper = self.hyperparameters
+        if self.power.kind == "tabulated":
+            for name in ("log_amplitude", "index"):
+                if getattr(hyper, name).sample:
+                    raise _field_error(
+                        f"hyperparameters.{name}.sample",
+                        "cannot sample power-spectrum hyperparameters with "
+                        "model.power.kind=tabulated",
+                    )
+        log_amplitude, index = hyper.log_amplitude, hyper.index
+        if log_amplitude.prior_loc is None:
+            log_amplitude = log_amplitude.model_copy(
+                update={"prior_loc": math.log(self.power.amplitude)}
+            )
+        if index.prior_loc is None:
+            index = index.model_copy(update={"prior_loc": self.power.index})
+        resolved = hyper.model_copy(update={"log_amplitude": log_amplitude, "index": index})
+        _set_resolved(self, hyperparameters=resolved)
+        return self
+
+
+class DataConfig(BaseModel):
+    """Where the observed data come from."""
+
+    model_config = _FROZEN
+
+    source: Literal["simulate", "file"] = Field(
+        "simulate",
+        description="simulate: draw a field from the prior and data from the likelihood; "
+        "file: read the data array from `path`.",
+    )
+    seed: int = _count(42, "Seed of the simulated field and data (>= 0).", ge=0)
+    path: DataFile = Field(
+        None,
+        description=f"Data file ({', '.join(DATA_SUFFIXES)}) holding an array of grid shape "
+        "(NaN allowed in masked voxels); required for source=file, forbidden otherwise.",
+    )
+    key: str = Field(
+        "data", min_length=1, strict=True, description="Array name inside .npz/.h5/.hdf5 files."
+    )
+
+    @model_validator(mode="after")
+    def _check_source(self) -> "DataConfig":
+        if self.source == "file" and self.path is None:
+            raise _field_error("path", "required when data.source=file")
+        _apply_kind_rule(
+            self, "path", self.source == "file", "data.source=file", f"data.source={self.source}"
+        )
+        return self
+
+
+class SamplerConfig(BaseModel):
+    """MCMC kernel, adaptation, initialisation and chunked driver settings."""
+
+    model_config = _FROZEN
+
+    kind: Literal["hmc", "nuts", "fieldnuts", "chees", "snaper"] = Field(
+        "hmc",
+        description="hmc: fixed-length HMC; nuts: TFP NUTS; fieldnuts: fieldhmc's corrected "
+        "NUTS; chees / snaper: ensemble trajectory-length adaptation (>= 2 chains).",
+    )
+    num_chains: int = _count(4, "Number of parallel chains (>= 1; chees/snaper need >= 2).", ge=1)
+    num_burnin_steps: int = _count(200, "Adaptation/burn-in steps per chain (>= 0).", ge=0)
+    num_results: int = _count(500, "Kept steps per chain, before thinning (>= 1).", ge=1)
+    num_leapfrog_steps: int | None = _count(16, "Leapfrog steps per trajectory; hmc only.", ge=1)
+    jitter_leapfrog: bool | None = Field(
+        False,
+        strict=True,
+        description="Draw the leapfrog count uniformly in [1, num_leapfrog_steps]; hmc only.",
+    )
+    max_tree_depth: int | None = _count(
+        10, "Maximum NUTS tree depth, 1..15; nuts and fieldnuts only.", ge=1, le=15
+    )
+    target_accept_prob: float | None = _finite(
+        None,
+        "Step-size adaptation target in (0, 1); null means "
+        + ", ".join(
+            f"{value} for {'/'.join(kinds)}" for value, kinds in _TARGET_ACCEPT_BY_VALUE.items()
+        )
+        + ".",
+        gt=0,
+        lt=1,
+    )
+    step_size: Positive = Field(
+        0.1, description="Initial leapfrog step size (> 0); adapted during burn-in."
+    )
+    step_size_jitter: float | None = _finite(
+        0.0, "Relative step-size jitter per step, in [0, 1); fieldnuts only.", ge=0, lt=1
+    )
+    preconditioner: Literal["identity", "diagonal", "prior", "posterior"] = Field(
+        "posterior",
+        description="Mass matrix: identity; diagonal (adapted); prior (prior covariance of "
+        "the modes); posterior (Gaussian-approximation posterior covariance of the modes).",
+    )
+    init: Literal["prior", "zeros", "wiener"] = Field(
+        "prior",
+        description="Initial state: a prior draw, zeros, or the Wiener-filter mean (gaussian "
+        "likelihoods with fixed hyperparameters only).",
+    )
+    init_jitter: float = _finite(
+        0.0, "Scale of Gaussian jitter added to the initial state (>= 0).", ge=0
+    )
+    seed: int = _count(0, "Sampler seed (>= 0).", ge=0)
+    chunk_size: int = _count(50, "Steps per compiled chunk between checkpoints (>= 1).", ge=1)
+    thin: int = _count(1, "Keep every thin-th draw (>= 1).", ge=1)
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> "SamplerConfig":
+        kind = self.kind
+        actual = f"sampler.kind={kind}"
+        for name in ("num_leapfrog_steps", "jitter_leapfrog"):
+            _apply_kind_rule(self, name, kind == "hmc", "sampler.kind=hmc", actual)
+        _apply_kind_rule(
+            self, "max_tree_depth", kind in NUTS_KINDS, "sampler.kind is nuts or fieldnuts", actual
+        )
+        _apply_kind_rule(
+            self, "step_size_jitter", kind == "fieldnuts", "sampler.kind=fieldnuts", actual
+        )
+        if kind in ENSEMBLE_KINDS and self.num_chains < 2:
+            raise _field_error(
+                "num_chains", f"sampler.kind={kind} needs >= 2 chains (got {self.num_chains})"
+            )
+        if self.target_accept_prob is None:
+            _set_resolved(self, target_accept_prob=TARGET_ACCEPT_PROB_DEFAULTS[kind])
+        return self
+
+
+class OutputsConfig(BaseModel):
+    """What is written to the run directory."""
+
+    model_config = _FROZEN
+
+    directory: Path = Field(
+        Path("runs/default"),
+        description="Run directory; relative paths are taken from the current working "
+        "directory (like --out).",
+    )
+    store_fields: bool = Field(True, strict=True, description="Store thinned field draws.")
+    field_thin: int = _count(10, "Keep every n-th stored field draw (>= 1).", ge=1)
+    tracked_modes: int = _count(
+        8, "Number of individual Fourier modes whose full traces are kept (>= 0).", ge=0
+    )
+
+    @field_validator("directory", mode="before")
+    @classmethod
+    def _resolve_directory(cls, value: object) -> object:
+        return _absolute(value, None)
+
+
+class Config(BaseModel):
+    """A complete, validated fieldhmc run configuration (immutable).
+
+    Build it with :func:`load_config` or :func:`config_from_dict`; all paths are
+    absolute and kind-dependent options that do not apply are ``None``.
+    """
+
+    model_config = _FROZEN
+
+    grid: GridConfig = Field(default_factory=GridConfig, description="Grid and box.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Prior and likelihood.")
+    data: DataConfig = Field(default_factory=DataConfig, description="Observed data.")
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="MCMC sampler.")
+    outputs: OutputsConfig = Field(default_factory=OutputsConfig, description="Run outputs.")
+    precision: Literal["float32", "float64"] = Field(
+        "float32", description="Floating-point precision of the computation."
+    )
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> "Config":
+        shape = self.grid.shape
+        likelihood = self.model.likelihood
+        if likelihood.sigma_map is not None:
+            _array_error(
+                "model.likelihood.sigma_map", _check_sigma_map, likelihood.sigma_map, shape
+            )
+        if likelihood.mask is not None and likelihood.mask.file is not None:
+            _array_error(
+                "model.likelihood.mask.file", _check_mask_file, likelihood.mask.file, shape
+            )
+        if self.data.path is not None:
+            _array_error("data.path", _check_data_file, self.data.path, self.data.key, shape)
+        if self.sampler.init == "wiener":
+            if likelihood.kind not in GAUSSIAN_LIKELIHOODS:
+                raise _field_error(
+                    "sampler.init", f"wiener needs a gaussian likelihood (got {likelihood.kind})"
+                )
+            if self.model.hyperparameters.is_any_sampled:
+                raise _field_error(
+                    "sampler.init", "wiener needs fixed hyperparameters (some are sampled)"
+                )
+        num_modes = shape[0] * shape[1] * (shape[2] // 2 + 1)
+        if self.outputs.tracked_modes > num_modes:
+            raise _field_error(
+                "outputs.tracked_modes",
+                f"must be <= {num_modes}, the number of Fourier modes "
+                f"(got {self.outputs.tracked_modes})",
+            )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Fully resolved configuration as plain JSON/YAML types (absolute paths).
+
+        Returns
+        -------
+        dict
+            Nested mapping such that ``config_from_dict(config.to_dict(), base_dir)
+            == config`` for any ``base_dir``.
+        """
+        return self.model_dump(mode="json")
+
+    def with_output_directory(self, directory: str | os.PathLike[str]) -> "Config":
+        """Copy with ``outputs.directory`` replaced (relative to the working directory)."""
+        path = Path(os.path.abspath(Path(directory).expanduser()))
+        outputs = self.outputs.model_copy(update={"directory": path})
+        return self.model_copy(update={"outputs": outputs})
+
+    def summary(self) -> str:
+        """One-line human-readable description of the run."""
+        grid = "x".join(str(n) for n in self.grid.shape)
+        sampled = [
+            name
+            for name in ("log_amplitude", "index")
+            if getattr(self.model.hyperparameters, name).sample
+        ]
+        hyper = f", sampling {'+'.join(sampled)}" if sampled else ""
+        sampler = self.sampler
+        return (
+            f"{grid} grid, {self.model.power.kind} prior ({self.model.parametrisation}{hyper}), "
+            f"{self.model.likelihood.kind} likelihood, {self.data.source} data, "
+            f"{sampler.kind} x {sampler.num_chains} chains "
+            f"({sampler.num_burnin_steps} burn-in + {sampler.num_results} results), "
+            f"{self.precision}"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# YAML
+# --------------------------------------------------------------------------------------
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that rejects duplicate keys and reads ``1e-3`` as a float.
+
+    PyYAML implements YAML 1.1, where exponent floats need a dot (``1.0e-3``); the
+    extra resolver gives the YAML 1.2 reading that users expect. No other tags
+    than the safe ones are constructed.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key_node.value!r}", key_node.start_mark
+                    )
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
+_SafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+class _Dumper(yaml.SafeDumper):
+    """``yaml.SafeDumper`` writing short lists of scalars in flow style ``[32, 32, 32]``."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    is_flat = all(not isinstance(item, dict | list) for item in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=is_flat)
+
+
+_Dumper.add_representer(list, _represent_list)
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or str(exc)
+        raise ConfigError(source, f"invalid YAML{where}: {problem}") from None
+
+
+def _read_text(path: Path) -> str:
+    if not path.exists():
+        raise ConfigError(str(path), "file not found")
+    if path.is_dir():
+        raise ConfigError(str(path), "is a directory, not a YAML file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"cannot read file: {exc}") from None
+
+
+def read_yaml(path: str | os.PathLike[str]) -> Any:
+    """Read a YAML file safely (no arbitrary object construction).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        YAML file.
+
+    Returns
+    -------
+    object
+        The parsed document (``None`` for an empty file).
+
+    Raises
+    ------
+    ConfigError
+        If the file is missing, unreadable or not valid YAML (with line number).
+    """
+    path = Path(path)
+    return _parse_yaml(_read_text(path), str(path))
+
+
+def _plain(value: Any) -> Any:
+    """Convert mappings, tuples, paths and NumPy values to plain YAML-safe types."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def dump_yaml(mapping: Mapping[str, Any]) -> str:
+    """Render a mapping as block-style YAML, keeping key order.
+
+    Parameters
+    ----------
+    mapping : Mapping
+        Nested mapping of plain values; tuples, ``Path`` objects, NumPy scalars and
+        arrays and pydantic models are converted.
+
+    Returns
+    -------
+    str
+        YAML text readable by :func:`read_yaml` / :func:`load_config`.
+    """
+    return yaml.dump(
+        _plain(mapping), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100
+    )
+
+
+def write_yaml(mapping: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Atomically write :func:`dump_yaml` of ``mapping`` to ``path``.
+
+    The text goes to a temporary file in the same directory, which then replaces
+    ``path``, so readers never see a partial file.
+
+    Parameters
+    ----------
+    mapping : Mapping
+        Mapping to write.
+    path : str or os.PathLike
+        Destination; its directory must exist.
+
+    Returns
+    -------
+    pathlib.Path
+        The written path.
+    """
+    path = Path(path)
+    text = dump_yaml(mapping)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# --------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------
+
+
+def _model_class(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside ``annotation`` (``Model`` or ``Model | None``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (Union, types.UnionType):
+        for member in get_args(annotation):
+            found = _model_class(member)
+            if found is not None:
+                return found
+    return None
+
+
+def _is_path_field(field: FieldInfo) -> bool:
+    annotation = field.annotation
+    return annotation is Path or Path in get_args(annotation)
+
+
+def _field_at(dotted: str) -> FieldInfo | None:
+    """The schema field named by a dotted key, or ``None`` if there is none."""
+    model: type[BaseModel] | None = Config
+    field: FieldInfo | None = None
+    for part in dotted.split("."):
+        if model is None:
+            return None
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        model = _model_class(field.annotation)
+    return field
+
+
+def _apply_override(raw: dict[str, Any], assignment: str) -> None:
+    key, sep, text = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError("--set", f"expected dotted.key=value (got {assignment!r})")
+    field = _field_at(key)
+    if field is None:
+        raise ConfigError(key, f"unknown key in --set {assignment!r}")
+    value = _parse_yaml(text, f"{key} (--set value)")
+    if _is_path_field(field) and isinstance(value, str) and value.strip():
+        value = str(_absolute(value, Path.cwd()))
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = value
+
+
+def config_from_dict(raw: Mapping[str, Any], base_dir: str | os.PathLike[str]) -> Config:
+    """Validate a raw configuration mapping.
+
+    Parameters
+    ----------
+    raw : Mapping
+        Parsed YAML document (sections ``grid``, ``model``, ``data``, ``sampler``,
+        ``outputs`` and the key ``precision``; every key is optional).
+    base_dir : str or os.PathLike
+        Directory against which relative input paths are resolved (normally the
+        directory of the config file).
+
+    Returns
+    -------
+    Config
+        The validated, fully resolved configuration.
+
+    Raises
+    ------
+    ConfigError
+        On the first problem found, as one line naming the dotted key.
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError("config", f"top level must be a mapping of sections (got {_show(raw)})")
+    base = Path(os.path.abspath(Path(base_dir).expanduser()))
+    try:
+        return Config.model_validate(dict(raw), context={"base_dir": base})
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+
+
+def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Config:
+    """Read, override and validate a YAML config file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        YAML config file. Relative input paths inside it are resolved against its
+        directory.
+    overrides : sequence of str
+        ``dotted.key=value`` assignments (the CLI's ``--set``), applied in order;
+        ``value`` is parsed as YAML, so ``sampler.num_results=500`` is an int,
+        ``sampler.jitter_leapfrog=true`` a bool and ``grid.shape=[16,16,16]`` a list.
+
+    Returns
+    -------
+    Config
+        The validated configuration.
+
+    Raises
+    ------
+    ConfigError
+        If the file is missing, is not valid YAML (the message gives the line), its
+        top level is not a mapping, an override names an unknown key, or any value
+        is invalid.
+    """
+    path = Path(path)
+    raw = read_yaml(path)
+    if raw is None:
+        raise ConfigError(str(path), "empty config file (expected a mapping of sections)")
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            str(path), f"top level must be a mapping of sections (got {type(raw).__name__})"
+        )
+    raw = copy.deepcopy(raw)
+    for assignment in overrides:
+        _apply_override(raw, assignment)
+    return config_from_dict(raw, path.parent)
+
+
+# --------------------------------------------------------------------------------------
+# Schema listing
+# --------------------------------------------------------------------------------------
+
+
+def _type_text(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return " | ".join(str(arg) for arg in get_args(annotation))
+    if origin in (Union, types.UnionType):
+        members = [_type_text(arg) for arg in get_args(annotation) if arg is not type(None)]
+        nullable = type(None) in get_args(annotation)
+        return " | ".join(members) + (" | null" if nullable else "")
+    if origin is tuple:
+        return "[" + ", ".join(_type_text(arg) for arg in get_args(annotation)) + "]"
+    if origin is Annotated:
+        return _type_text(get_args(annotation)[0])
+    if annotation is Path:
+        return "path"
+    if isinstance(annotation, type):
+        if issubclass(annotation, BaseModel):
+            return "mapping"
+        return annotation.__name__
+    return str(annotation)
+
+
+def _value_text(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_value_text(item) for item in value) + "]"
+    return str(value)
+
+
+def _default_text(field: FieldInfo) -> str:
+    if field.default is PydanticUndefined:
+        return "(required)" if field.default_factory is None else ""
+    return _value_text(_plain(field.default))
+
+
+def _schema_lines(model: type[BaseModel], prefix: str, lines: list[str]) -> None:
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        sub = _model_class(field.annotation)
+        default = _default_text(field)
+        if sub is not None:
+            optional = " (optional section, default null)" if field.default is None else ""
+            lines.append(f"{key}:{optional}")
+            lines.extend(
+                textwrap.wrap(
+                    field.description or "", 96, initial_indent="    ", subsequent_indent="    "
+                )
+            )
+            _schema_lines(sub, f"{key}.", lines)
+            continue
+        lines.append(f"{key}: {_type_text(field.annotation)} = {default}")
+        lines.extend(
+            textwrap.wrap(
+                field.description or "", 96, initial_indent="    ", subsequent_indent="    "
+            )
+        )
+
+
+def schema_text() -> str:
+    """Human-readable listing of every config key with type, default and meaning.
+
+    Returns
+    -------
+    str
+        One entry per dotted key, ``key: type = default`` followed by an indented
+        description; sections are listed before their keys.
+    """
+    lines = [
+        "fieldhmc configuration (YAML). Every key is optional unless marked 'required';",
+        "unknown keys are errors. Options that do not apply to the chosen kind must be left",
+        "out. Relative input paths are resolved against the config file's directory,",
+        "outputs.directory against the working directory. Override any key on the command",
+        "line with --set dotted.key=value (value parsed as YAML).",
+        "",
+    ]
+    _schema_lines(Config, "", lines)
+    return "\n".join(lines) + "\n"

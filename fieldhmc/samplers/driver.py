@@ -1,0 +1,670 @@
+"""The compiled, chunked sampling driver with checkpoint/resume and streaming outputs.
+
+Warm-up and sampling run in chunks. Each chunk is one call of a function compiled
+once with ``tf.function(jit_compile=True)`` -- state, kernel results, metric,
+seeds and counters are passed as tensors, so nothing retraces between chunks.
+After every chunk the complete sampler state is checkpointed atomically, traces are
+appended to the store, and progress is reported from Python.
+
+Seeds: step ``t`` (counted over warm-up and sampling) uses
+``stateless_fold_in(seed, t)``, independent of chunking, so a resumed run replays
+exactly the draws of an uninterrupted one.
+
+Precision: the model's log density is reduced in float64 and a per-chain
+reference (its value at the start of the chunk) is subtracted before the cast to
+the state dtype (see :func:`fieldhmc.samplers.kernels.whiten`).
+
+Metric: the kernels run on whitened coordinates ``u = x / scale``. ``scale`` is
+fixed (identity, prior or posterior Fourier-diagonal) or adapted Stan-style in
+windows during warm-up (``adapt_diagonal``): variance estimates over doubling
+windows, regularised toward 1e-3, with the step-size adaptation restarted after
+each update.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import tensorflow as tf
+
+from fieldhmc.samplers.checkpoint import load_checkpoint, save_checkpoint
+from fieldhmc.samplers.kernels import (
+    KINDS,
+    build_kernel,
+    shift_target_log_prob,
+    step_stats,
+    target_log_prob_of,
+    whiten,
+)
+
+__all__ = [
+    "FieldOutputs",
+    "Sampler",
+    "SamplerSettings",
+    "TraceSink",
+    "adaptation_windows",
+]
+
+_log = logging.getLogger(__name__)
+
+STAT_NAMES = (
+    "lp",
+    "acceptance_rate",
+    "is_accepted",
+    "diverging",
+    "energy",
+    "step_size",
+    "n_steps",
+    "tree_depth",
+)
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """What the driver needs to know (one sub-config, no dict threading)."""
+
+    kind: str = "hmc"
+    num_chains: int = 4
+    num_burnin_steps: int = 200
+    num_results: int = 500
+    num_leapfrog_steps: int = 16
+    jitter_leapfrog: bool = False
+    max_tree_depth: int = 10
+    target_accept_prob: float | None = None
+    step_size: float = 0.1
+    step_size_jitter: float = 0.0
+    adapt_diagonal: bool = False
+    chunk_size: int = 50
+    thin: int = 1
+    field_thin: int = 10
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"sampler kind must be one of {KINDS}, got {self.kind!r}")
+        for name in ("num_chains", "num_results", "chunk_size", "thin", "field_thin"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_burnin_steps < 0:
+            raise ValueError(f"num_burnin_steps must be >= 0, got {self.num_burnin_steps}")
+        if self.kind == "chees" and self.num_chains < 2:
+            raise ValueError("chees adapts across chains: num_chains must be >= 2")
+
+    @property
+    def num_steps(self) -> int:
+        return self.num_burnin_steps + self.num_results
+
+
+@dataclass(frozen=True)
+class FieldOutputs:
+    """Field-level quantities computed inside the compiled loop during sampling.
+
+    Parameters
+    ----------
+    field_fn : callable
+        ``(*x_parts) -> field [chains, n0, n1, n2]`` (real).
+    power_fn : callable
+        ``field -> [chains, nbins]`` binned power spectrum of each chain's draw.
+    tracked_fn : callable, optional
+        ``field -> [chains, T]`` complex modes traced in full.
+    store_fields : bool
+        Keep every ``field_thin``-th field draw.
+    """
+
+    field_fn: Callable[..., tf.Tensor]
+    power_fn: Callable[[tf.Tensor], tf.Tensor]
+    tracked_fn: Callable[[tf.Tensor], tf.Tensor] | None = None
+    store_fields: bool = True
+
+
+class TraceSink(Protocol):
+    """Where the driver streams its outputs (see :mod:`fieldhmc.samplers.storage`)."""
+
+    def truncate(self, num_draws: int, num_field_draws: int) -> None: ...
+
+    def append(self, traces: dict[str, np.ndarray]) -> None: ...
+
+    def append_fields(self, fields: np.ndarray) -> None: ...
+
+
+def adaptation_windows(num_burnin_steps: int) -> list[tuple[int, int]]:
+    """Stan's slow metric-adaptation windows ``[(start, end), ...]`` within warm-up.
+
+    75-step initial buffer, 25-step first window doubling, 50-step final buffer;
+    scaled to 15% / 75% / 10% when warm-up is shorter than their sum, none below
+    20 steps (Stan's rule).
+    """
+    n = num_burnin_steps
+    if n < 20:
+        return []
+    init, term, base = 75, 50, 25
+    if init + term + base > n:
+        init, term = int(0.15 * n), int(0.1 * n)
+        base = n - init - term
+    windows, start, size = [], init, base
+    end_slow = n - term
+    while start < end_slow:
+        end = start + size
+        if end + 2 * size > end_slow:  # the next window would not fit: stretch this one
+            end = end_slow
+        windows.append((start, end))
+        start, size = end, 2 * size
+    return windows
+
+
+def _chunk_bounds(settings: SamplerSettings) -> list[int]:
+    """Chunk boundaries (global steps): every chunk_size, the end of warm-up, windows."""
+    points = set(range(0, settings.num_steps, settings.chunk_size))
+    points.add(settings.num_burnin_steps)
+    if settings.adapt_diagonal:
+        for start, end in adaptation_windows(settings.num_burnin_steps):
+            points.update((start, end))
+    points.add(settings.num_steps)
+    return sorted(p for p in points if 0 <= p <= settings.num_steps)
+
+
+@dataclass
+class _RunState:
+    step: int
+    x: list[np.ndarray]
+    results: object
+    scales: list[np.ndarray]
+    reference: np.ndarray
+    field_welford: list[np.ndarray] = field(default_factory=list)
+    latent_welford: list[np.ndarray] = field(default_factory=list)
+    num_draws_written: int = 0
+    num_fields_written: int = 0
+    gradient_evaluations: int = 0
+
+
+class Sampler:
+    """Multi-chain HMC/NUTS over whitened coordinates, compiled once, run in chunks.
+
+    Parameters
+    ----------
+    target_log_prob_fn : callable
+        ``(*x_parts) -> [chains]`` float64 log density (model pinned to data).
+    settings : SamplerSettings
+    part_names : sequence of str
+        Names of the state parts (``"field"``, ``"log_amplitude"``, ...). Parts of
+        rank 1 (``[chains]``) are traced in full as scalars.
+    scales : sequence of array
+        Per-part metric scales ``M^{-1/2}`` (broadcast against one chain's part);
+        the starting point when ``settings.adapt_diagonal``.
+    field_outputs : FieldOutputs, optional
+        Field draws, running mean/variance, per-draw P(k) and tracked modes.
+    """
+
+    def __init__(
+        self,
+        target_log_prob_fn: Callable[..., tf.Tensor],
+        settings: SamplerSettings,
+        part_names: Sequence[str],
+        scales: Sequence[np.ndarray],
+        field_outputs: FieldOutputs | None = None,
+    ):
+        self.target_log_prob_fn = target_log_prob_fn
+        self.settings = settings
+        self.part_names = tuple(part_names)
+        self.initial_scales = [np.asarray(s) for s in scales]
+        self.field_outputs = field_outputs
+        self._lp64 = tf.function(self._lp64_impl, jit_compile=True, autograph=False)
+        self._bootstrap = tf.function(self._bootstrap_impl, jit_compile=True, autograph=False)
+        self._chunk = tf.function(self._chunk_impl, jit_compile=True, autograph=False)
+
+    # -- compiled pieces -------------------------------------------------------------
+    def _kernel(self, scales, reference, dtype, step_size):
+        s = self.settings
+        target = whiten(self.target_log_prob_fn, scales, reference, dtype)
+        return build_kernel(
+            s.kind,
+            target,
+            step_size=step_size,
+            num_adaptation_steps=s.num_burnin_steps,
+            target_accept_prob=s.target_accept_prob,
+            num_leapfrog_steps=s.num_leapfrog_steps,
+            jitter_leapfrog=s.jitter_leapfrog,
+            max_tree_depth=s.max_tree_depth,
+            step_size_jitter=s.step_size_jitter,
+        )
+
+    def _lp64_impl(self, x_parts):
+        return tf.cast(self.target_log_prob_fn(*x_parts), tf.float64)
+
+    def _bootstrap_impl(self, u_parts, scales, reference, step_size):
+        kernel = self._kernel(scales, reference, u_parts[0].dtype, step_size)
+        return kernel.bootstrap_results(list(u_parts))
+
+    def _chunk_impl(
+        self,
+        u_parts,
+        results,
+        scales,
+        reference,
+        seed,
+        start,
+        num_steps,
+        field_welford,
+        latent_welford,
+    ):
+        s = self.settings
+        dtype = u_parts[0].dtype
+        kernel = self._kernel(scales, reference, dtype, tf.constant(s.step_size, dtype))
+        k = s.chunk_size
+        chains = s.num_chains
+        fo = self.field_outputs
+        scalar_idx = [i for i, u in enumerate(u_parts) if u.shape.rank == 1]
+
+        bufs = {
+            name: tf.zeros(
+                [k, chains],
+                tf.bool
+                if name in ("is_accepted", "diverging")
+                else tf.int32
+                if name in ("n_steps", "tree_depth")
+                else tf.float64,
+            )
+            for name in STAT_NAMES
+        }
+        for i in scalar_idx:
+            bufs[self.part_names[i]] = tf.zeros([k, chains], tf.float64)
+        x_shape = None
+        if fo is not None:
+            x0 = [u * sc for u, sc in zip(u_parts, scales, strict=True)]
+            probe = fo.field_fn(*x0)
+            x_shape = probe.shape[1:]
+            nbins = fo.power_fn(probe).shape[-1]
+            bufs["power"] = tf.zeros([k, chains, nbins], tf.float64)
+            if fo.tracked_fn is not None:
+                ntr = fo.tracked_fn(probe).shape[-1]
+                bufs["tracked_real"] = tf.zeros([k, chains, ntr], tf.float64)
+                bufs["tracked_imag"] = tf.zeros([k, chains, ntr], tf.float64)
+            nslots = math.ceil(k / s.field_thin) + 1
+            field_buf = (
+                tf.zeros([nslots, chains, *x_shape], dtype)
+                if fo.store_fields
+                else (tf.zeros([1], dtype))
+            )
+        else:
+            field_buf = tf.zeros([1], dtype)
+        num_burnin = tf.constant(s.num_burnin_steps, tf.int32)
+
+        def write(buf, i, value):
+            return tf.tensor_scatter_nd_update(buf, [[i]], tf.cast(value, buf.dtype)[None])
+
+        def body(i, u, res, bufs, field_buf, nfields, fw, lw):
+            step = start + i
+            step_seed = tf.random.experimental.stateless_fold_in(seed, step)
+            lp_prev = target_log_prob_of(s.kind, res)
+            u, res = kernel.one_step(u, res, seed=step_seed)
+            st = step_stats(s.kind, res, lp_prev)
+            bufs = dict(bufs)
+            values = {
+                "lp": tf.cast(st.target_log_prob, tf.float64) + reference,
+                "acceptance_rate": st.acceptance_rate,
+                "is_accepted": st.is_accepted,
+                "diverging": st.diverging,
+                "energy": tf.cast(st.energy, tf.float64) - reference,
+                "step_size": st.step_size,
+                "n_steps": st.n_steps,
+                "tree_depth": st.tree_depth,
+            }
+            x = [ui * sc for ui, sc in zip(u, scales, strict=True)]
+            for j in scalar_idx:
+                values[self.part_names[j]] = x[j]
+            sampling = step >= num_burnin
+            if fo is not None:
+
+                def field_stats():
+                    delta = fo.field_fn(*x)
+                    out = [tf.cast(fo.power_fn(delta), tf.float64)]
+                    if fo.tracked_fn is not None:
+                        modes = fo.tracked_fn(delta)
+                        out += [
+                            tf.cast(tf.math.real(modes), tf.float64),
+                            tf.cast(tf.math.imag(modes), tf.float64),
+                        ]
+                    return delta, out
+
+                def no_field_stats():
+                    delta = tf.zeros([chains, *x_shape], dtype)
+                    out = [tf.zeros_like(bufs["power"][0])]
+                    if fo.tracked_fn is not None:
+                        out += [tf.zeros_like(bufs["tracked_real"][0])] * 2
+                    return delta, out
+
+                delta, out = tf.cond(sampling, field_stats, no_field_stats)
+                values["power"] = out[0]
+                if fo.tracked_fn is not None:
+                    values["tracked_real"], values["tracked_imag"] = out[1], out[2]
+                fw = tf.cond(
+                    sampling, lambda: _welford_update(fw, [tf.cast(delta, tf.float64)]), lambda: fw
+                )
+                if fo.store_fields:
+                    keep = tf.logical_and(sampling, (step - num_burnin) % s.field_thin == 0)
+                    field_buf = tf.cond(
+                        keep, lambda: write(field_buf, nfields, delta), lambda: field_buf
+                    )
+                    nfields = nfields + tf.cast(keep, tf.int32)
+            if s.adapt_diagonal:
+                lw = tf.cond(
+                    sampling,
+                    lambda: lw,
+                    lambda: _welford_update(lw, [tf.cast(p, tf.float64) for p in x]),
+                )
+            for name, value in values.items():
+                bufs[name] = write(bufs[name], i, value)
+            return i + 1, u, res, bufs, field_buf, nfields, fw, lw
+
+        _, u_parts, results, bufs, field_buf, nfields, field_welford, latent_welford = (
+            tf.while_loop(
+                lambda i, *_: i < num_steps,
+                body,
+                (
+                    tf.constant(0),
+                    list(u_parts),
+                    results,
+                    bufs,
+                    field_buf,
+                    tf.constant(0),
+                    field_welford,
+                    latent_welford,
+                ),
+                maximum_iterations=k,
+            )
+        )
+        return u_parts, results, bufs, field_buf, nfields, field_welford, latent_welford
+
+    # -- Python-side orchestration -----------------------------------------------------
+    def _to_u(self, x, scales):
+        return [tf.constant(xi / si, dtype=xi.dtype) for xi, si in zip(x, scales, strict=True)]
+
+    def _scales_tensors(self, scales, dtype):
+        return [tf.constant(sc, dtype) for sc in scales]
+
+    def _fresh_state(self, init_state: Sequence[np.ndarray]) -> _RunState:
+        x = [np.asarray(p) for p in init_state]
+        if x[0].shape[0] != self.settings.num_chains:
+            raise ValueError(
+                f"initial state has {x[0].shape[0]} chains, expected {self.settings.num_chains}"
+            )
+        for name, p in zip(self.part_names, x, strict=True):
+            if not np.all(np.isfinite(p)):
+                raise ValueError(f"initial state of {name!r} contains NaN or Inf")
+        dtype = tf.as_dtype(x[0].dtype)
+        scales = [
+            np.broadcast_to(s, p.shape[1:]).astype(p.dtype)
+            for s, p in zip(self.initial_scales, x, strict=True)
+        ]
+        reference = self._lp64([tf.constant(p) for p in x]).numpy()
+        if not np.all(np.isfinite(reference)):
+            raise ValueError("the log density is not finite at the initial state")
+        results = self._bootstrap(
+            self._to_u(x, scales),
+            self._scales_tensors(scales, dtype),
+            tf.constant(reference),
+            tf.constant(self.settings.step_size, dtype),
+        )
+        return _RunState(
+            step=0,
+            x=x,
+            results=results,
+            scales=scales,
+            reference=reference,
+            field_welford=self._zero_welford_field(x),
+            latent_welford=_zero_welford([p.shape[1:] for p in x]),
+        )
+
+    def _zero_welford_field(self, x):
+        if self.field_outputs is None:
+            return _zero_welford([()])
+        delta = self.field_outputs.field_fn(*[tf.constant(p) for p in x])
+        return _zero_welford([tuple(delta.shape[1:])])
+
+    def _checkpoint(self, directory: Path, rs: _RunState) -> None:
+        flat = tf.nest.flatten(rs.results, expand_composites=True)
+        arrays = {f"x{i}": p for i, p in enumerate(rs.x)}
+        arrays.update({f"scale{i}": sc for i, sc in enumerate(rs.scales)})
+        arrays.update({f"results{i}": np.asarray(t) for i, t in enumerate(flat)})
+        arrays.update({f"fw{i}": np.asarray(t) for i, t in enumerate(rs.field_welford)})
+        arrays.update({f"lw{i}": np.asarray(t) for i, t in enumerate(rs.latent_welford)})
+        arrays["reference"] = rs.reference
+        meta = {
+            "step": rs.step,
+            "num_parts": len(rs.x),
+            "num_results_flat": len(flat),
+            "num_draws_written": rs.num_draws_written,
+            "num_fields_written": rs.num_fields_written,
+            "gradient_evaluations": rs.gradient_evaluations,
+            "settings": self.settings.__dict__,
+        }
+        save_checkpoint(directory, arrays, meta)
+
+    def _restore(self, directory: Path) -> _RunState:
+        arrays, meta = load_checkpoint(directory)
+        n = meta["num_parts"]
+        x = [arrays[f"x{i}"] for i in range(n)]
+        scales = [arrays[f"scale{i}"] for i in range(n)]
+        dtype = tf.as_dtype(x[0].dtype)
+        template = self._bootstrap(
+            self._to_u(x, scales),
+            self._scales_tensors(scales, dtype),
+            tf.constant(arrays["reference"]),
+            tf.constant(self.settings.step_size, dtype),
+        )
+        flat = [tf.constant(arrays[f"results{i}"]) for i in range(meta["num_results_flat"])]
+        results = tf.nest.pack_sequence_as(template, flat, expand_composites=True)
+        fw = [arrays[k] for k in sorted(a for a in arrays if a.startswith("fw"))]
+        lw = [arrays[k] for k in sorted(a for a in arrays if a.startswith("lw"))]
+        return _RunState(
+            step=meta["step"],
+            x=x,
+            results=results,
+            scales=scales,
+            reference=arrays["reference"],
+            field_welford=fw,
+            latent_welford=lw,
+            num_draws_written=meta["num_draws_written"],
+            num_fields_written=meta["num_fields_written"],
+            gradient_evaluations=meta["gradient_evaluations"],
+        )
+
+    def _update_metric(self, rs: _RunState) -> None:
+        """End of a slow window: new scales from the windowed variance, restart step size."""
+        count = float(rs.latent_welford[0])
+        new_scales = []
+        for i, p in enumerate(rs.x):
+            var = np.asarray(rs.latent_welford[2 + 2 * i]) / max(count - 1.0, 1.0)
+            var = (count / (count + 5.0)) * var + 1e-3 * (5.0 / (count + 5.0))
+            new_scales.append(np.sqrt(var).astype(p.dtype))
+        dtype = tf.as_dtype(rs.x[0].dtype)
+        step_size = np.asarray(rs.results.new_step_size)
+        rs.scales = new_scales
+        results = self._bootstrap(
+            self._to_u(rs.x, new_scales),
+            self._scales_tensors(new_scales, dtype),
+            tf.constant(rs.reference),
+            tf.constant(step_size, dtype),
+        )
+        remaining = self.settings.num_burnin_steps - rs.step
+        results = results._replace(num_adaptation_steps=tf.constant(remaining, tf.int32))
+        if self.settings.kind == "chees":
+            results = results._replace(
+                inner_results=results.inner_results._replace(step=tf.constant(rs.step, tf.int32))
+            )
+        rs.results = results
+        rs.latent_welford = _zero_welford([p.shape[1:] for p in rs.x])
+
+    def run(
+        self,
+        sink: TraceSink,
+        checkpoint_dir: Path,
+        init_state: Sequence[np.ndarray] | None = None,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        max_chunks: int | None = None,
+    ) -> dict:
+        """Run (or resume) warm-up and sampling.
+
+        Parameters
+        ----------
+        sink : TraceSink
+            Receives post-warm-up traces (every ``thin``-th draw) and thinned fields.
+        checkpoint_dir : Path
+            Written after every chunk; read when ``resume``.
+        init_state : sequence of array, optional
+            ``[chains, ...]`` per part; required unless ``resume``.
+        max_chunks : int, optional
+            Stop after this many chunks (tests use it to simulate a kill).
+
+        Returns
+        -------
+        dict
+            ``complete`` (bool), ``step``, ``gradient_evaluations``, final ``scales``,
+            ``field_mean``/``field_var`` (float64, or None), ``latent_state``.
+        """
+        s = self.settings
+        if resume:
+            rs = self._restore(checkpoint_dir)
+            sink.truncate(rs.num_draws_written, rs.num_fields_written)
+        else:
+            if init_state is None:
+                raise ValueError("init_state is required for a fresh run")
+            rs = self._fresh_state(init_state)
+        bounds = _chunk_bounds(s)
+        windows = adaptation_windows(s.num_burnin_steps) if s.adapt_diagonal else []
+        window_starts = {a for a, _ in windows}
+        window_ends = {b for _, b in windows}
+        dtype = tf.as_dtype(rs.x[0].dtype)
+        seed = tf.constant([s.seed % (2**31), s.seed // (2**31)], tf.int32)
+        bar = _progress_bar(progress, s.num_steps, rs.step)
+        chunks_done = 0
+        t0 = time.perf_counter()
+        while rs.step < s.num_steps:
+            if max_chunks is not None and chunks_done >= max_chunks:
+                break
+            stop = next(b for b in bounds if b > rs.step)
+            # A window's metric update happens right before the chunk starting at its
+            # end; checkpoints are written after chunks, so a resumed run does it too.
+            if s.adapt_diagonal and rs.step in window_ends:
+                self._update_metric(rs)
+            if s.adapt_diagonal and rs.step in window_starts:
+                rs.latent_welford = _zero_welford([p.shape[1:] for p in rs.x])
+            # Re-centre the float64 offset on the chunk's starting point.
+            new_ref = self._lp64([tf.constant(p) for p in rs.x]).numpy()
+            rs.results = shift_target_log_prob(rs.results, tf.constant(rs.reference - new_ref))
+            rs.reference = new_ref
+            out = self._chunk(
+                self._to_u(rs.x, rs.scales),
+                rs.results,
+                self._scales_tensors(rs.scales, dtype),
+                tf.constant(rs.reference),
+                seed,
+                tf.constant(rs.step, tf.int32),
+                tf.constant(stop - rs.step, tf.int32),
+                [tf.constant(t) for t in rs.field_welford],
+                [tf.constant(t) for t in rs.latent_welford],
+            )
+            u, results, bufs, field_buf, nfields, fw, lw = out
+            n = stop - rs.step
+            traces = {name: buf.numpy()[:n] for name, buf in bufs.items()}
+            rs.gradient_evaluations += int(traces["n_steps"][:, 0].sum())
+            self._emit(sink, rs, traces, field_buf, int(nfields), stop)
+            rs.x = [
+                (ui * sc).numpy()
+                for ui, sc in zip(u, self._scales_tensors(rs.scales, dtype), strict=True)
+            ]
+            rs.results = results
+            rs.field_welford = [t.numpy() for t in fw]
+            rs.latent_welford = [t.numpy() for t in lw]
+            rs.step = stop
+            self._checkpoint(checkpoint_dir, rs)
+            chunks_done += 1
+            _report(bar, traces, n, rs, s, t0)
+        if bar is not None:
+            bar.close()
+        return self._summary(rs)
+
+    def _emit(self, sink, rs, traces, field_buf, nfields, stop):
+        s = self.settings
+        first = rs.step
+        steps = np.arange(first, stop)
+        post = steps >= s.num_burnin_steps
+        keep = post & ((steps - s.num_burnin_steps) % s.thin == 0)
+        if keep.any():
+            sink.append({name: t[keep] for name, t in traces.items()})
+            rs.num_draws_written += int(keep.sum())
+        if self.field_outputs is not None and self.field_outputs.store_fields and nfields:
+            sink.append_fields(field_buf.numpy()[:nfields])
+            rs.num_fields_written += nfields
+
+    def _summary(self, rs: _RunState) -> dict:
+        fw = rs.field_welford
+        field_mean = field_var = None
+        if self.field_outputs is not None and float(fw[0]) > 1:
+            field_mean = np.asarray(fw[1])
+            field_var = np.asarray(fw[2]) / (float(fw[0]) - 1.0)
+        return {
+            "complete": rs.step >= self.settings.num_steps,
+            "step": rs.step,
+            "gradient_evaluations": rs.gradient_evaluations,
+            "scales": rs.scales,
+            "field_mean": field_mean,
+            "field_var": field_var,
+            "latent_state": rs.x,
+            "num_draws": rs.num_draws_written,
+        }
+
+
+def _zero_welford(shapes: Sequence[tuple]) -> list[np.ndarray]:
+    """[count, mean_0, m2_0, mean_1, m2_1, ...] in float64, pooled over chains."""
+    out = [np.zeros([], np.float64)]
+    for shape in shapes:
+        out += [np.zeros(shape, np.float64), np.zeros(shape, np.float64)]
+    return out
+
+
+def _welford_update(acc, parts):
+    """Merge one step's chains into the running (count, mean, M2) -- Chan et al. 1979."""
+    count = acc[0]
+    nb = tf.cast(tf.shape(parts[0])[0], tf.float64)
+    total = count + nb
+    out = [total]
+    for i, p in enumerate(parts):
+        mean, m2 = acc[1 + 2 * i], acc[2 + 2 * i]
+        mb = tf.reduce_mean(p, axis=0)
+        m2b = tf.reduce_sum(tf.square(p - mb), axis=0)
+        d = mb - mean
+        out += [mean + d * nb / total, m2 + m2b + tf.square(d) * count * nb / total]
+    return out
+
+
+def _progress_bar(enabled: bool, total: int, initial: int):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, unit="it", desc="sampling", leave=True)
+
+
+def _report(bar, traces, n, rs, s, t0):
+    phase = "warm-up" if rs.step <= s.num_burnin_steps else "sampling"
+    msg = {
+        "phase": phase,
+        "accept": float(np.mean(traces["acceptance_rate"])),
+        "step": float(np.mean(traces["step_size"][-1])),
+        "div": int(np.sum(traces["diverging"])),
+        "leapfrog/it": float(np.mean(traces["n_steps"])),
+    }
+    if bar is not None:
+        bar.set_postfix({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in msg.items()})
+        bar.update(n)
+    _log.info("step %d/%d %s (%.1fs)", rs.step, s.num_steps, msg, time.perf_counter() - t0)

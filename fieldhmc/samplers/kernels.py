@@ -1,0 +1,280 @@
+"""Kernel builders: HMC, NUTS, ChEES, our NUTS, each with step-size adaptation.
+
+Preconditioning is done by *whitening*, not by a momentum distribution: the
+kernel runs on :math:`u = x / s` with the per-coordinate scale :math:`s = M^{-1/2}`
+(a diagonal metric :math:`M`), whose target is
+:math:`\\log p(s \\odot u)` (plus a constant Jacobian). An identity metric on
+:math:`u` is the metric :math:`M` on :math:`x`, for every kernel alike -- TFP's
+HMC, NUTS, the ChEES trajectory-length adaptation and our own NUTS. This also
+side-steps a TFP 0.25 bug: ``tfp.experimental.mcmc.PreconditionedNoUTurnSampler``
+keeps ``momentum_distribution`` outside ``self._parameters``, so wrapping it in
+``DualAveragingStepSizeAdaptation`` (which rebuilds the inner kernel from
+``parameters``) silently drops the mass matrix (see
+``tests/samplers/test_kernels.py::test_tfp_pnuts_drops_its_metric_when_wrapped``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+__all__ = [
+    "KINDS",
+    "JitteredHamiltonianMonteCarlo",
+    "StepStats",
+    "build_kernel",
+    "default_target_accept_prob",
+    "step_stats",
+    "whiten",
+]
+
+KINDS = ("hmc", "nuts", "fieldnuts", "chees")
+NUTS_KINDS = ("nuts", "fieldnuts")
+MAX_ENERGY_ERROR = 1000.0  # Stan's divergence threshold on the energy error
+
+
+def default_target_accept_prob(kind: str) -> float:
+    """0.8 for NUTS kinds (Stan), 0.65 for fixed-length HMC kinds."""
+    return 0.8 if kind in NUTS_KINDS else 0.65
+
+
+def whiten(
+    target_log_prob_fn: Callable[..., tf.Tensor],
+    scales: Sequence[tf.Tensor],
+    reference: tf.Tensor,
+    dtype: tf.DType,
+) -> Callable[..., tf.Tensor]:
+    """Target on whitened coordinates ``u = x / scale``, shifted and cast.
+
+    Parameters
+    ----------
+    target_log_prob_fn : callable
+        ``(*x_parts) -> log p`` with a leading chain axis, in float64 (so that a
+        sum of millions of float32 terms keeps its last digits).
+    scales : sequence of Tensor
+        Per-part scales broadcasting against each part (``M^{-1/2}``).
+    reference : Tensor
+        ``[chains]`` float64 offset subtracted before the cast to ``dtype``: the
+        Metropolis ratio needs differences of log densities of order 1 whose
+        absolute values are of order N; float32 keeps them once the offset (the
+        log density at the start of the chunk) is removed.
+    dtype : tf.DType
+        The state dtype; the returned log density has it too (TFP requires it).
+    """
+
+    def fn(*u_parts):
+        x_parts = [u * s for u, s in zip(u_parts, scales, strict=True)]
+        lp = tf.cast(target_log_prob_fn(*x_parts), tf.float64)
+        return tf.cast(lp - reference, dtype)
+
+    return fn
+
+
+class JitteredHamiltonianMonteCarlo(tfp.mcmc.HamiltonianMonteCarlo):
+    """HMC whose number of leapfrog steps is drawn uniformly from ``[1, L]`` per step.
+
+    The draw is shared by all chains of the batch (one while-loop) and is made from
+    the step's own seed, so runs stay reproducible. TFP's HMC reads the number of
+    steps from the kernel results (``store_parameters_in_results=True``), which is
+    where this kernel puts the draw.
+    """
+
+    def __init__(self, target_log_prob_fn, step_size, num_leapfrog_steps, name=None):
+        super().__init__(
+            target_log_prob_fn,
+            step_size=step_size,
+            num_leapfrog_steps=num_leapfrog_steps,
+            store_parameters_in_results=True,
+            name=name,
+        )
+
+    def one_step(self, current_state, previous_kernel_results, seed=None):
+        draw_seed, seed = tfp.random.split_seed(seed)
+        num_steps = tf.random.stateless_uniform(
+            [], draw_seed, minval=1, maxval=self.num_leapfrog_steps + 1, dtype=tf.int32
+        )
+        accepted = previous_kernel_results.accepted_results._replace(num_leapfrog_steps=num_steps)
+        previous_kernel_results = previous_kernel_results._replace(accepted_results=accepted)
+        return super().one_step(current_state, previous_kernel_results, seed=seed)
+
+
+def build_kernel(
+    kind: str,
+    target_log_prob_fn: Callable[..., tf.Tensor],
+    *,
+    step_size,
+    num_adaptation_steps: int,
+    target_accept_prob: float | None = None,
+    num_leapfrog_steps: int = 16,
+    jitter_leapfrog: bool = False,
+    max_tree_depth: int = 10,
+    step_size_jitter: float = 0.0,
+) -> tfp.mcmc.TransitionKernel:
+    """Build ``DualAveragingStepSizeAdaptation(kernel)`` for a whitened target.
+
+    Parameters
+    ----------
+    kind : {"hmc", "nuts", "fieldnuts", "chees"}
+        ``hmc``: TFP HMC (fixed or jittered length). ``nuts``: TFP's NUTS (which
+        has the pre-2019 U-turn check, see issue #7). ``fieldnuts``: our NUTS with
+        Stan's corrected criterion. ``chees``: TFP's ChEES trajectory-length
+        adaptation around HMC (needs several chains).
+    target_log_prob_fn : callable
+        Whitened target (:func:`whiten`).
+    step_size : float or Tensor
+        Initial step size.
+    num_adaptation_steps : int
+        Step size (and ChEES trajectory length) adapt during these steps, then
+        freeze.
+    target_accept_prob : float, optional
+        Dual-averaging target; default :func:`default_target_accept_prob`.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"sampler kind must be one of {KINDS}, got {kind!r}")
+    if target_accept_prob is None:
+        target_accept_prob = default_target_accept_prob(kind)
+    reduce_fn = tfp.math.reduce_log_harmonic_mean_exp
+    if kind == "hmc":
+        cls = JitteredHamiltonianMonteCarlo if jitter_leapfrog else tfp.mcmc.HamiltonianMonteCarlo
+        kwargs = {} if jitter_leapfrog else {"store_parameters_in_results": True}
+        inner = cls(
+            target_log_prob_fn, step_size=step_size, num_leapfrog_steps=num_leapfrog_steps, **kwargs
+        )
+    elif kind == "nuts":
+        inner = tfp.mcmc.NoUTurnSampler(
+            target_log_prob_fn, step_size=step_size, max_tree_depth=max_tree_depth
+        )
+    elif kind == "fieldnuts":
+        from fieldhmc.samplers.nuts import NoUTurnSampler
+
+        inner = NoUTurnSampler(
+            target_log_prob_fn,
+            step_size=step_size,
+            max_tree_depth=max_tree_depth,
+            step_size_jitter=step_size_jitter,
+        )
+    else:  # chees
+        inner = tfp.mcmc.HamiltonianMonteCarlo(
+            target_log_prob_fn, step_size=step_size, num_leapfrog_steps=1
+        )
+        inner = tfp.experimental.mcmc.GradientBasedTrajectoryLengthAdaptation(
+            inner, num_adaptation_steps=num_adaptation_steps
+        )
+    return tfp.mcmc.DualAveragingStepSizeAdaptation(
+        inner,
+        num_adaptation_steps=num_adaptation_steps,
+        target_accept_prob=tf.cast(target_accept_prob, _dtype_of(step_size)),
+        reduce_fn=reduce_fn,
+    )
+
+
+def _dtype_of(x) -> tf.DType:
+    return x.dtype if hasattr(x, "dtype") else tf.float32
+
+
+class StepStats(NamedTuple):
+    """Per-step, per-chain statistics in Stan's vocabulary (before the offset is added)."""
+
+    target_log_prob: tf.Tensor  # shifted (see whiten), state dtype
+    acceptance_rate: tf.Tensor
+    is_accepted: tf.Tensor
+    diverging: tf.Tensor
+    energy: tf.Tensor  # H = -log p + K, Stan's sign, with the shifted log p
+    step_size: tf.Tensor
+    n_steps: tf.Tensor  # gradient evaluations this step
+    tree_depth: tf.Tensor  # 0 for fixed-length kinds
+
+
+def _kinetic(momentum_parts) -> tf.Tensor:
+    return sum(
+        0.5 * tf.reduce_sum(tf.square(p), axis=tf.range(1, tf.rank(p))) for p in momentum_parts
+    )
+
+
+def step_stats(kind: str, results, previous_target_log_prob: tf.Tensor) -> StepStats:
+    """Extract :class:`StepStats` from the (dual-averaging-wrapped) kernel results."""
+    inner = results.inner_results
+    step_size = results.new_step_size
+    if isinstance(step_size, (list, tuple)):
+        step_size = step_size[0]
+    if kind in NUTS_KINDS:
+        lp = inner.target_log_prob
+        accept = tf.exp(tf.minimum(inner.log_accept_ratio, 0.0))
+        chains = tf.shape(lp)[0]
+        if kind == "nuts":  # TFP: energy is -H
+            energy = -inner.energy
+            n_steps = tf.cast(inner.leapfrogs_taken, tf.int32)
+            diverging = inner.has_divergence
+            depth = tf.cast(
+                tf.math.ceil(
+                    tf.math.log(tf.cast(n_steps, lp.dtype) + 1.0)
+                    / tf.math.log(tf.constant(2.0, lp.dtype))
+                ),
+                tf.int32,
+            )
+        else:
+            energy = inner.energy
+            n_steps = tf.cast(inner.num_leapfrog_steps, tf.int32)
+            diverging = inner.is_divergent
+            depth = tf.cast(inner.tree_depth, tf.int32)
+        return StepStats(
+            target_log_prob=lp,
+            acceptance_rate=accept,
+            is_accepted=tf.broadcast_to(inner.is_accepted, [chains]),
+            diverging=diverging,
+            energy=energy,
+            step_size=tf.broadcast_to(tf.cast(step_size, lp.dtype), [chains]),
+            n_steps=tf.broadcast_to(n_steps, [chains]),
+            tree_depth=tf.broadcast_to(depth, [chains]),
+        )
+    mh = inner.inner_results if kind == "chees" else inner
+    lp = mh.accepted_results.target_log_prob
+    chains = tf.shape(lp)[0]
+    lar = mh.log_accept_ratio
+    accept = tf.exp(
+        tf.minimum(tf.where(tf.math.is_nan(lar), -tf.constant(float("inf"), lar.dtype), lar), 0.0)
+    )
+    proposed = mh.proposed_results
+    energy = -previous_target_log_prob + _kinetic(proposed.initial_momentum)
+    diverging = tf.logical_or(~tf.math.is_finite(lar), lar < -MAX_ENERGY_ERROR)
+    n_steps = tf.cast(proposed.num_leapfrog_steps, tf.int32)
+    return StepStats(
+        target_log_prob=lp,
+        acceptance_rate=accept,
+        is_accepted=mh.is_accepted,
+        diverging=diverging,
+        energy=energy,
+        step_size=tf.broadcast_to(tf.cast(step_size, lp.dtype), [chains]),
+        n_steps=tf.broadcast_to(n_steps, [chains]),
+        tree_depth=tf.zeros([chains], tf.int32),
+    )
+
+
+def target_log_prob_of(kind: str, results) -> tf.Tensor:
+    """The current (shifted) target log prob held in the kernel results."""
+    inner = results.inner_results
+    if kind in NUTS_KINDS:
+        return inner.target_log_prob
+    mh = inner.inner_results if kind == "chees" else inner
+    return mh.accepted_results.target_log_prob
+
+
+def shift_target_log_prob(results, delta: tf.Tensor):
+    """Add ``delta`` to every ``target_log_prob`` field in a nest of kernel results.
+
+    Used when the float64 reference offset of :func:`whiten` changes between
+    chunks, so the results stay consistent with the new shifted target.
+    """
+    if hasattr(results, "_fields"):
+        updates = {}
+        for name in results._fields:
+            value = getattr(results, name)
+            if name == "target_log_prob" and value is not None:
+                updates[name] = value + tf.cast(delta, value.dtype)
+            elif hasattr(value, "_fields"):
+                updates[name] = shift_target_log_prob(value, delta)
+        return results._replace(**updates)
+    return results

@@ -1,0 +1,83 @@
+"""Streaming storage of traces and thinned field draws in HDF5 (constant memory).
+
+``traces.h5`` holds one resizable dataset per traced quantity with shape
+``[draw, chain, ...]``; ``fields.h5`` holds thinned field draws
+``[draw, chain, n0, n1, n2]`` and, at the end, the running posterior mean and
+variance. Each append is flushed; on resume the datasets are truncated back to the
+lengths recorded in the last checkpoint, so a kill between an append and its
+checkpoint never duplicates draws.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+__all__ = ["H5TraceSink", "read_fields", "read_traces"]
+
+
+class H5TraceSink:
+    """Append-only HDF5 sink implementing :class:`fieldhmc.samplers.driver.TraceSink`."""
+
+    def __init__(self, trace_path: Path, field_path: Path | None = None):
+        self.trace_path = Path(trace_path)
+        self.field_path = None if field_path is None else Path(field_path)
+
+    @staticmethod
+    def _append(path: Path, name: str, values: np.ndarray) -> None:
+        with h5py.File(path, "a") as f:
+            if name not in f:
+                f.create_dataset(
+                    name,
+                    data=values,
+                    maxshape=(None, *values.shape[1:]),
+                    chunks=(max(1, min(len(values), 64)), *values.shape[1:])
+                    if values.ndim > 2
+                    else True,
+                )
+            else:
+                ds = f[name]
+                n = ds.shape[0]
+                ds.resize(n + len(values), axis=0)
+                ds[n:] = values
+            f.flush()
+
+    def append(self, traces: dict[str, np.ndarray]) -> None:
+        for name, values in traces.items():
+            self._append(self.trace_path, name, np.asarray(values))
+
+    def append_fields(self, fields: np.ndarray) -> None:
+        if self.field_path is not None:
+            self._append(self.field_path, "draws", np.asarray(fields))
+
+    def truncate(self, num_draws: int, num_field_draws: int) -> None:
+        for path, n in ((self.trace_path, num_draws), (self.field_path, num_field_draws)):
+            if path is None or not path.exists():
+                continue
+            with h5py.File(path, "a") as f:
+                for name in ("draws",) if path == self.field_path else list(f):
+                    if name in f and f[name].shape[0] > n:
+                        f[name].resize(n, axis=0)
+
+    def write_field_moments(self, mean: np.ndarray, var: np.ndarray) -> None:
+        if self.field_path is None:
+            return
+        with h5py.File(self.field_path, "a") as f:
+            for name, value in (("mean", mean), ("var", var)):
+                if name in f:
+                    del f[name]
+                f.create_dataset(name, data=value)
+
+
+def read_traces(path: Path) -> dict[str, np.ndarray]:
+    """All traces as ``{name: array [draw, chain, ...]}``."""
+    with h5py.File(path, "r") as f:
+        return {name: f[name][()] for name in f}
+
+
+def read_fields(path: Path) -> dict[str, np.ndarray]:
+    """``draws`` [draw, chain, ...] (may be absent), ``mean`` and ``var`` if written."""
+    with h5py.File(path, "r") as f:
+        return {name: f[name][()] for name in f}

@@ -1,0 +1,282 @@
+"""The chunked driver: correctness on known Gaussians, resume, seeds, no retracing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy import stats
+
+from fieldhmc.diagnostics import ess_bulk
+from fieldhmc.samplers.driver import Sampler, SamplerSettings, adaptation_windows
+from fieldhmc.samplers.storage import H5TraceSink, read_traces
+
+D = 24
+SD = np.geomspace(0.05, 5.0, D).astype(np.float32)
+MU = np.linspace(-1, 1, D).astype(np.float32)
+
+
+def gaussian_target(x, h):
+    """Independent Gaussians N(MU, SD^2) plus a scalar N(0.5, 2^2); float64 reduction."""
+    z = tf.cast((x - MU) / SD, tf.float64)
+    zh = tf.cast((h - 0.5) / 2.0, tf.float64)
+    return -0.5 * tf.reduce_sum(z**2, axis=-1) - 0.5 * zh**2
+
+
+def _init(chains=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((chains, D)).astype(np.float32), np.zeros(chains, np.float32)]
+
+
+class MemorySink:
+    def __init__(self):
+        self.traces, self.fields = [], []
+
+    def truncate(self, num_draws, num_field_draws):
+        pass
+
+    def append(self, traces):
+        self.traces.append(traces)
+
+    def append_fields(self, fields):
+        self.fields.append(fields)
+
+    def stacked(self):
+        return {k: np.concatenate([t[k] for t in self.traces]) for k in self.traces[0]}
+
+
+def _sampler(scales=None, **kw):
+    settings = SamplerSettings(
+        **{
+            "num_chains": 4,
+            "num_burnin_steps": 150,
+            "num_results": 400,
+            "num_leapfrog_steps": 6,
+            "chunk_size": 100,
+            **kw,
+        }
+    )
+    scales = scales or [SD, np.float32(2.0)]
+    return Sampler(gaussian_target, settings, ["x", "h"], scales)
+
+
+def _zscores(draws, mu, sd):
+    """MCSE-scaled z-scores of the mean and variance of each coordinate.
+
+    draws: [draw, chain, D]. The MCSE uses the rank-normalised bulk ESS (of x for the mean and
+    of (x - mu)^2 for the variance).
+    """
+    post = np.moveaxis(draws, 0, 1)  # chain, draw, D
+    ess_mean = ess_bulk(post)
+    sq = (post - mu) ** 2
+    ess_var = ess_bulk(sq)
+    z_mean = (post.mean(axis=(0, 1)) - mu) / (sd / np.sqrt(ess_mean))
+    z_var = (sq.mean(axis=(0, 1)) - sd**2) / (sd**2 * np.sqrt(2.0 / ess_var))
+    return np.concatenate([np.ravel(z_mean), np.ravel(z_var)])
+
+
+def _assert_standard_normal(z):
+    """z ~ N(0, 1) iid: a chi-square test of sum z^2 and a bound on |z| > 4."""
+    chi2 = float(np.sum(z**2))
+    p = stats.chi2.sf(chi2, df=z.size) if chi2 > z.size else stats.chi2.cdf(chi2, df=z.size)
+    assert 2 * p > 1e-3, f"sum z^2 = {chi2:.1f} for {z.size} z-scores (two-sided p={2 * p:.2g})"
+    assert np.sum(np.abs(z) > 4) == 0, f"extreme z-scores: {z[np.abs(z) > 4]}"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = {}
+    for name, kw in {
+        "hmc_exact_metric": {"kind": "hmc"},
+        "hmc_adapted": {
+            "kind": "hmc",
+            "adapt_diagonal": True,
+            "num_burnin_steps": 500,
+            "scales": [np.ones(D, np.float32), np.float32(1.0)],
+        },
+        "nuts_exact_metric": {"kind": "nuts", "max_tree_depth": 6},
+    }.items():
+        sampler = _sampler(**kw)
+        sink = MemorySink()
+        summary = sampler.run(sink, tmp_path_factory.mktemp(name), _init(), progress=False)
+        out[name] = (sampler, sink.stacked(), summary)
+    return out
+
+
+@pytest.mark.parametrize("name", ["hmc_exact_metric", "hmc_adapted", "nuts_exact_metric"])
+def test_moments_pass_mcse_scaled_z_tests(runs, name):
+    _, traces, summary = runs[name]
+    assert summary["complete"]
+    # The scalar part is traced in full; the vector part via the final-state-free
+    # route: compare the scalar and use the vector's exact Gaussian structure below.
+    h = traces["h"][:, :, None]
+    z = _zscores(h, np.array([0.5]), np.array([2.0]))
+    assert np.all(np.abs(z) < 4.5), z
+    assert traces["lp"].shape == (400, 4)
+    assert not traces["diverging"].any()
+
+
+def test_adapted_metric_recovers_scales(runs):
+    _, _, summary = runs["hmc_adapted"]
+    ratio = summary["scales"][0] / SD
+    # Windowed variance estimates from the last (~250-step) window: within 50% everywhere,
+    # and unbiased on average across the 24 coordinates.
+    assert np.all((ratio > 0.5) & (ratio < 1.5)), ratio
+    assert abs(np.mean(np.log(ratio))) < 0.2
+
+
+def test_vector_moments_with_z_scores(tmp_path):
+    """Every coordinate of a 24-d Gaussian, mean and variance, by MCSE-scaled z-tests."""
+    settings = SamplerSettings(
+        kind="hmc",
+        num_chains=4,
+        num_burnin_steps=150,
+        num_results=400,
+        num_leapfrog_steps=6,
+        chunk_size=100,
+    )
+
+    # Trace the vector part too: give it as 24 scalar parts via a wrapper target.
+    def target(*parts):
+        x = tf.stack(parts[:-1], axis=-1)
+        return gaussian_target(x, parts[-1])
+
+    names = [f"x{i}" for i in range(D)] + ["h"]
+    scales = [*list(SD), np.float32(2.0)]
+    sampler = Sampler(target, settings, names, scales)
+    rng = np.random.default_rng(1)
+    init = [rng.standard_normal(4).astype(np.float32) for _ in range(D)] + [np.zeros(4, np.float32)]
+    sink = MemorySink()
+    sampler.run(sink, tmp_path, init, progress=False)
+    t = sink.stacked()
+    draws = np.stack([t[f"x{i}"] for i in range(D)], axis=-1)
+    _assert_standard_normal(_zscores(draws, MU, SD))
+
+
+def test_z_test_detects_a_wrong_target(tmp_path):
+    """Power check: the same test rejects draws from a target 10% too wide."""
+    rng = np.random.default_rng(2)
+    draws = MU + 1.1 * SD * rng.standard_normal((400, 4, D))
+    with pytest.raises(AssertionError):
+        _assert_standard_normal(_zscores(draws.astype(np.float32), MU, SD))
+
+
+def test_no_retracing_between_chunks(runs):
+    for sampler, _, _ in runs.values():
+        # Several chunks (plus window boundaries): one trace each.
+        assert sampler._chunk.experimental_get_tracing_count() == 1
+
+
+def _run_traces(tmp_path: Path, seed: int, max_chunks=None, resume=False, sampler=None):
+    sampler = sampler or _sampler(
+        kind="hmc",
+        seed=seed,
+        adapt_diagonal=True,
+        num_burnin_steps=120,
+        num_results=80,
+        chunk_size=40,
+    )
+    sink = H5TraceSink(tmp_path / "traces.h5")
+    init = None if resume else _init()
+    summary = sampler.run(
+        sink, tmp_path / "checkpoint", init, progress=False, max_chunks=max_chunks, resume=resume
+    )
+    return sampler, summary
+
+
+def test_same_seed_identical_different_seed_differs(tmp_path):
+    _, a = _run_traces(tmp_path / "a", seed=3)
+    _, b = _run_traces(tmp_path / "b", seed=3)
+    _, c = _run_traces(tmp_path / "c", seed=4)
+    ta, tb, tc = (read_traces(tmp_path / d / "traces.h5") for d in "abc")
+    for name in ta:
+        np.testing.assert_array_equal(ta[name], tb[name])
+    assert not np.array_equal(ta["h"], tc["h"])
+    np.testing.assert_array_equal(a["latent_state"][0], b["latent_state"][0])
+
+
+def test_resume_after_kill_is_bit_identical(tmp_path):
+    sampler, full = _run_traces(tmp_path / "full", seed=5)
+    # Kill after 3 chunks (inside warm-up, across a metric window), then resume with a
+    # fresh sampler object, as a new process would.
+    _, partial = _run_traces(tmp_path / "killed", seed=5, max_chunks=3)
+    assert not partial["complete"]
+    fresh = _sampler(
+        kind="hmc", seed=5, adapt_diagonal=True, num_burnin_steps=120, num_results=80, chunk_size=40
+    )
+    _, resumed = _run_traces(tmp_path / "killed", seed=5, resume=True, sampler=fresh)
+    assert resumed["complete"]
+    t_full = read_traces(tmp_path / "full" / "traces.h5")
+    t_res = read_traces(tmp_path / "killed" / "traces.h5")
+    assert t_full.keys() == t_res.keys()
+    for name in t_full:
+        assert t_full[name].tobytes() == t_res[name].tobytes(), name
+    for a, b in zip(full["latent_state"], resumed["latent_state"], strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_resume_truncates_draws_written_after_the_checkpoint(tmp_path):
+    _, full = _run_traces(tmp_path / "full", seed=6)
+    sampler, _ = _run_traces(tmp_path / "killed", seed=6, max_chunks=6)  # into sampling
+    # Simulate a kill between the trace append and the checkpoint: extra rows on disk.
+    H5TraceSink(tmp_path / "killed" / "traces.h5").append(
+        {k: v[:7] for k, v in read_traces(tmp_path / "killed" / "traces.h5").items()}
+    )
+    _run_traces(tmp_path / "killed", seed=6, resume=True)
+    t_full = read_traces(tmp_path / "full" / "traces.h5")
+    t_res = read_traces(tmp_path / "killed" / "traces.h5")
+    for name in t_full:
+        np.testing.assert_array_equal(t_full[name], t_res[name])
+
+
+def test_metric_is_in_use():
+    """With the exact metric, the whitened dynamics do not depend on the scales: one
+    HMC step on N(0, diag(SD^2)) equals one step on N(0, I) scaled by SD."""
+
+    def run(scale):
+        settings = SamplerSettings(
+            kind="hmc",
+            num_chains=2,
+            num_burnin_steps=0,
+            num_results=1,
+            num_leapfrog_steps=5,
+            chunk_size=1,
+        )
+
+        def target(x):
+            return -0.5 * tf.reduce_sum(tf.cast((x / scale) ** 2, tf.float64), axis=-1)
+
+        sampler = Sampler(target, settings, ["x"], [scale])
+        init = [np.full((2, D), 0.3, np.float64) * scale]
+        sink = MemorySink()
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            out = sampler.run(sink, Path(d), init, progress=False)
+        return out["latent_state"][0]
+
+    scaled = run(SD.astype(np.float64))
+    unit = run(np.ones(D))
+    np.testing.assert_allclose(scaled, unit * SD, rtol=1e-10)
+    assert not np.allclose(scaled, unit)
+
+
+def test_adaptation_windows_follow_stan():
+    assert adaptation_windows(10) == []
+    w = adaptation_windows(1000)
+    assert w[0] == (75, 100) and w[-1][1] == 950
+    assert all(a[1] == b[0] for a, b in zip(w, w[1:], strict=False))
+    short = adaptation_windows(100)
+    assert short[0][0] == 15 and short[-1][1] == 90
+
+
+def test_bad_initial_state_is_reported():
+    sampler = _sampler(kind="hmc")
+    init = _init()
+    init[0][0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        sampler.run(MemorySink(), Path("/nonexistent"), init, progress=False)
+    with pytest.raises(ValueError, match="chains"):
+        sampler.run(MemorySink(), Path("/nonexistent"), _init(chains=3), progress=False)
