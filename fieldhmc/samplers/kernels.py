@@ -82,13 +82,14 @@ class JitteredHamiltonianMonteCarlo(tfp.mcmc.HamiltonianMonteCarlo):
     where this kernel puts the draw.
     """
 
-    def __init__(self, target_log_prob_fn, step_size, num_leapfrog_steps, name=None):
+    def __init__(self, target_log_prob_fn, step_size, num_leapfrog_steps, **kwargs):
+        # TFP wrappers re-create kernels from ``parameters``: accept all of HMC's.
+        kwargs["store_parameters_in_results"] = True
         super().__init__(
             target_log_prob_fn,
             step_size=step_size,
             num_leapfrog_steps=num_leapfrog_steps,
-            store_parameters_in_results=True,
-            name=name,
+            **kwargs,
         )
 
     def one_step(self, current_state, previous_kernel_results, seed=None):
