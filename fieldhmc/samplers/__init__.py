@@ -1,0 +1,26 @@
+"""Kernel builders, the compiled chunked driver, checkpoints and streaming storage."""
+
+from fieldhmc.samplers.driver import (
+    FieldOutputs,
+    Sampler,
+    SamplerSettings,
+    TraceSink,
+    adaptation_windows,
+)
+from fieldhmc.samplers.kernels import KINDS, build_kernel, default_target_accept_prob, whiten
+from fieldhmc.samplers.storage import H5TraceSink, read_fields, read_traces
+
+__all__ = [
+    "KINDS",
+    "FieldOutputs",
+    "H5TraceSink",
+    "Sampler",
+    "SamplerSettings",
+    "TraceSink",
+    "adaptation_windows",
+    "build_kernel",
+    "default_target_accept_prob",
+    "read_fields",
+    "read_traces",
+    "whiten",
+]

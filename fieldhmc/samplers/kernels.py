@@ -137,7 +137,6 @@ def build_kernel(
         raise ValueError(f"sampler kind must be one of {KINDS}, got {kind!r}")
     if target_accept_prob is None:
         target_accept_prob = default_target_accept_prob(kind)
-    reduce_fn = tfp.math.reduce_log_harmonic_mean_exp
     if kind == "hmc":
         cls = JitteredHamiltonianMonteCarlo if jitter_leapfrog else tfp.mcmc.HamiltonianMonteCarlo
         kwargs = {} if jitter_leapfrog else {"store_parameters_in_results": True}
@@ -168,7 +167,6 @@ def build_kernel(
         inner,
         num_adaptation_steps=num_adaptation_steps,
         target_accept_prob=tf.cast(target_accept_prob, _dtype_of(step_size)),
-        reduce_fn=reduce_fn,
     )
 
 

@@ -1,0 +1,526 @@
+"""The jobs the CLI runs: simulate, run, resume, diagnose, plot.
+
+Each takes a validated :class:`fieldhmc.config.Config` (or a run directory), calls
+the library and writes the run directory laid out in :mod:`fieldhmc.io`. Nothing
+here parses arguments or prints tables beyond the diagnostics report.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fieldhmc import config as cfg
+from fieldhmc import io
+
+__all__ = ["diagnose", "plot", "resume", "run", "simulate"]
+
+_log = logging.getLogger(__name__)
+
+
+# --- model and data ----------------------------------------------------------------------
+def _versions() -> dict[str, str]:
+    import tensorflow as tf
+    import tensorflow_probability as tfp
+
+    from fieldhmc import __version__
+
+    return {
+        "fieldhmc": __version__,
+        "tensorflow": tf.__version__,
+        "tensorflow_probability": tfp.__version__,
+    }
+
+
+def _build_power(power: cfg.PowerConfig):
+    from fieldhmc import models
+
+    if power.kind == "power_law":
+        return models.PowerLaw(power.amplitude, power.index, power.k_pivot)
+    if power.kind == "turnover":
+        return models.TurnoverPowerLaw(
+            power.amplitude, power.index, power.k_pivot, k_turnover=power.k_turnover
+        )
+    return models.TabulatedPower.from_file(power.file, k_pivot=power.k_pivot)
+
+
+def _mask(config: cfg.Config, grid) -> np.ndarray | None:
+    from fieldhmc import models
+
+    mask = config.model.likelihood.mask
+    if mask is None:
+        return None
+    if mask.file is not None:
+        return np.load(mask.file).astype(np.float64)
+    g = mask.generate
+    return models.make_mask(grid, g.kind, g.fraction, g.seed)
+
+
+def build_model(
+    config: cfg.Config, mask: np.ndarray | None = None, sigma_map: np.ndarray | None = None
+):
+    """The :class:`~fieldhmc.models.FieldModel` a config describes.
+
+    ``mask`` / ``sigma_map`` override the config's (a run directory stores them).
+    """
+    import tensorflow as tf
+
+    from fieldhmc import models
+
+    grid = models.Grid(config.grid.shape, config.grid.box_size)
+    power = _build_power(config.model.power)
+    hyper = {
+        name: (
+            getattr(config.model.hyperparameters, name).prior_loc,
+            getattr(config.model.hyperparameters, name).prior_scale,
+        )
+        for name in ("log_amplitude", "index")
+        if getattr(config.model.hyperparameters, name).sample
+    }
+    lik = config.model.likelihood
+    if mask is None:
+        mask = _mask(config, grid)
+    common = {
+        "parametrization": config.model.parametrisation,
+        "hyper_priors": hyper,
+        "dtype": tf.as_dtype(config.precision),
+    }
+    if lik.kind == "lognormal_poisson":
+        return models.LognormalPoissonModel(grid, power, lik.nbar, mask, **common)
+    if sigma_map is None and lik.sigma_map is not None:
+        sigma_map = np.load(lik.sigma_map)
+    sigma = sigma_map if sigma_map is not None else lik.sigma
+    return models.GaussianFieldModel(grid, power, sigma, mask, **common)
+
+
+@dataclass
+class _Data:
+    data: np.ndarray
+    truth: np.ndarray | None
+    truth_latents: dict[str, np.ndarray] | None
+
+
+def _load_data_file(config: cfg.Config) -> np.ndarray:
+    path = Path(config.data.path)
+    if path.suffix == ".npy":
+        return np.load(path)
+    if path.suffix == ".npz":
+        with np.load(path) as f:
+            return f[config.data.key]
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return f[config.data.key][()]
+
+
+def _obtain_data(config: cfg.Config, model) -> _Data:
+    if config.data.source == "file":
+        return _Data(model.check_data(_load_data_file(config)), None, None)
+    draw = model.sample(seed=config.data.seed)
+    latents = {name: np.asarray(draw[name]) for name in model.latent_names}
+    return _Data(np.asarray(draw["data"]), np.asarray(draw["delta"]), latents)
+
+
+def _write_data(run: io.RunDirectory, model, d: _Data) -> None:
+    io.write_npy(run.data("data"), d.data)
+    if d.truth is not None:
+        io.write_npy(run.data("truth"), d.truth)
+
+        def write_latents(tmp: Path) -> None:
+            with open(tmp, "wb") as f:
+                np.savez(f, **d.truth_latents)
+
+        io.atomic_write(run.data_dir / "truth_latents.npz", write_latents)
+    if getattr(model, "mask", None) is not None:
+        io.write_npy(run.data("mask"), np.asarray(model.mask))
+    sigma = getattr(model, "sigma", None)
+    if sigma is not None and np.ndim(sigma) == 3:
+        io.write_npy(run.data("sigma_map"), np.asarray(sigma))
+
+
+def _write_config(run: io.RunDirectory, config: cfg.Config) -> None:
+    raw = config.to_dict()
+    raw["versions"] = _versions()
+    cfg.write_yaml(raw, run.config)
+
+
+def _read_config(run: io.RunDirectory) -> cfg.Config:
+    if not run.config.exists():
+        raise FileNotFoundError(f"{run.root} is not a fieldhmc run directory (no config.yaml)")
+    raw = cfg.read_yaml(run.config)
+    raw.pop("versions", None)
+    return cfg.config_from_dict(raw, run.root)
+
+
+def simulate(config: cfg.Config, out_dir: Path, overwrite: bool = False) -> io.RunDirectory:
+    """Write synthetic truth and data (plus mask, sigma map) to ``out_dir/data``."""
+    if config.data.source != "simulate":
+        raise ValueError("data.source: simulate needs data.source=simulate")
+    model = build_model(config)
+    run = io.prepare_run_directory(out_dir, overwrite)
+    _write_config(run, config)
+    _write_data(run, model, _obtain_data(config, model))
+    _log.info("simulated truth and data in %s", run.data_dir)
+    return run
+
+
+# --- sampling ----------------------------------------------------------------------------
+def _settings(config: cfg.Config, num_results: int | None = None):
+    from fieldhmc.samplers import SamplerSettings
+
+    s = config.sampler
+    return SamplerSettings(
+        kind=s.kind,
+        num_chains=s.num_chains,
+        num_burnin_steps=s.num_burnin_steps,
+        num_results=num_results or s.num_results,
+        num_leapfrog_steps=s.num_leapfrog_steps or 1,
+        jitter_leapfrog=bool(s.jitter_leapfrog),
+        max_tree_depth=s.max_tree_depth or 10,
+        target_accept_prob=s.target_accept_prob,
+        step_size=s.step_size,
+        step_size_jitter=s.step_size_jitter or 0.0,
+        adapt_diagonal=s.preconditioner == "diagonal",
+        chunk_size=s.chunk_size,
+        thin=s.thin,
+        field_thin=config.outputs.field_thin,
+        seed=s.seed,
+    )
+
+
+def _scales(config: cfg.Config, model, data) -> list[np.ndarray]:
+    """Per-part metric scales M^{-1/2} for the configured preconditioner."""
+    kind = config.sampler.preconditioner
+    dtype = np.dtype(config.precision)
+    scales = []
+    for name in model.latent_names:
+        if name != "field":
+            prior = getattr(config.model.hyperparameters, name)
+            scales.append(np.asarray(1.0 if kind == "identity" else prior.prior_scale, dtype))
+        elif kind == "identity":
+            scales.append(np.ones(model.grid.grid_shape, dtype))
+        elif kind == "posterior":
+            scales.append((1.0 / np.sqrt(model.posterior_precision_diag(data))).astype(dtype))
+        else:  # prior, and the starting point of diagonal adaptation
+            scales.append((1.0 / np.sqrt(model.prior_precision_diag())).astype(dtype))
+    return scales
+
+
+def tracked_mode_indices(grid, num: int) -> np.ndarray:
+    """``num`` half-spectrum modes spread over |k|: the first modes of evenly spaced bins.
+
+    Modes off the self-paired planes are preferred (their real and imaginary parts are
+    both free; on the planes some are identically zero).
+    """
+    if num <= 0:
+        return np.zeros((0, 3), np.int64)
+    kbins = grid.kbins()
+    free = np.broadcast_to(grid.hermitian_weights() == 2, kbins.index.shape)
+    picks = np.unique(np.linspace(0, kbins.num_bins - 1, num).round().astype(int))
+    out = []
+    for b in picks:
+        in_bin = kbins.index == b
+        idx = np.argwhere(in_bin & free) if (in_bin & free).any() else np.argwhere(in_bin)
+        out.extend(idx[: max(1, math.ceil(num / len(picks)))].tolist())
+    return np.asarray(out[:num], np.int64)
+
+
+def mode_names(indices: np.ndarray) -> list[str]:
+    return [f"mode[{i},{j},{k}]" for i, j, k in indices]
+
+
+def _field_outputs(config: cfg.Config, model):
+    import tensorflow as tf
+
+    from fieldhmc import models, ops
+    from fieldhmc.samplers import FieldOutputs
+
+    grid = model.grid
+    kbins = grid.kbins()
+    idx = tracked_mode_indices(grid, config.outputs.tracked_modes)
+
+    def power_fn(delta):
+        return models.measure_power(delta, grid, kbins).power
+
+    def tracked_fn(delta):
+        modes = ops.rfft3d(delta)
+        return tf.gather_nd(tf.transpose(modes, [1, 2, 3, 0]), idx)  # [T, chains]
+
+    def tracked_chain_major(delta):
+        return tf.transpose(tracked_fn(delta))
+
+    return (
+        FieldOutputs(
+            field_fn=model.field_from_latents,
+            power_fn=power_fn,
+            tracked_fn=tracked_chain_major if len(idx) else None,
+            store_fields=config.outputs.store_fields,
+        ),
+        kbins,
+        idx,
+    )
+
+
+def _sample(
+    run: io.RunDirectory,
+    config: cfg.Config,
+    model,
+    data,
+    *,
+    resume_run: bool,
+    num_results: int | None = None,
+    progress: bool = True,
+) -> dict:
+    from fieldhmc.samplers import H5TraceSink, Sampler
+
+    settings = _settings(config, num_results)
+    field_outputs, _, _ = _field_outputs(config, model)
+    sampler = Sampler(
+        model.target_log_prob_fn(data),
+        settings,
+        model.latent_names,
+        _scales(config, model, data),
+        field_outputs,
+    )
+    sink = H5TraceSink(run.traces, run.fields if config.outputs.store_fields else None)
+    init = None
+    if not resume_run:
+        init = [
+            np.asarray(t)
+            for t in model.init_latents(
+                config.sampler.init,
+                settings.num_chains,
+                seed=config.sampler.seed + 1,
+                data=data,
+                jitter=config.sampler.init_jitter,
+            )
+        ]
+    summary = sampler.run(sink, run.checkpoint, init, resume=resume_run, progress=progress)
+    if summary["field_mean"] is not None:
+        if not config.outputs.store_fields:
+            sink = H5TraceSink(run.traces, run.fields)
+        sink.write_field_moments(summary["field_mean"], summary["field_var"])
+    _export(run, config, model, summary)
+    return summary
+
+
+def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict) -> None:
+    """samples.nc (ArviZ) and power.nc from the streamed traces."""
+    from fieldhmc import models
+    from fieldhmc.samplers import read_traces
+
+    traces = read_traces(run.traces)
+    _, kbins, idx = _field_outputs(config, model)
+    posterior = {name: traces[name] for name in model.latent_names if name in traces}
+    for n, name in enumerate(mode_names(idx)):
+        posterior[f"{name}.real"] = traces["tracked_real"][..., n]
+        posterior[f"{name}.imag"] = traces["tracked_imag"][..., n]
+    stat_names = ["lp", "acceptance_rate", "diverging", "energy", "step_size", "n_steps"]
+    if config.sampler.kind in ("nuts", "fieldnuts"):
+        stat_names.append("tree_depth")
+    stats = {name: traces[name] for name in stat_names}
+    attrs = {f"{k}_version": v for k, v in _versions().items()}
+    attrs["sampler"] = config.sampler.kind
+    attrs["gradient_evaluations"] = str(summary["gradient_evaluations"])
+    io.write_inference_data(run.samples, posterior, stats, attrs)
+    refs = {"input": model.power.numpy(kbins.k)}
+    truth = run.load_data("truth")
+    if truth is not None:
+        refs["truth"] = models.measure_power_np(truth, model.grid, kbins).power
+    data = run.load_data("data")
+    if data is not None and model.is_gaussian_likelihood:
+        refs["data"] = models.measure_power_np(np.nan_to_num(data), model.grid, kbins).power
+    if summary["field_mean"] is not None:
+        refs["posterior_mean"] = models.measure_power_np(
+            summary["field_mean"], model.grid, kbins
+        ).power
+    io.write_power(run.power, kbins.k, traces["power"], kbins.num_modes, refs)
+
+
+def run(
+    config: cfg.Config, out_dir: Path, overwrite: bool = False, progress: bool = True
+) -> io.RunDirectory:
+    """Simulate or load data, sample, write the run directory, diagnose and plot."""
+    model = build_model(config)
+    d = _obtain_data(config, model)
+    rundir = io.prepare_run_directory(out_dir, overwrite)
+    _write_config(rundir, config)
+    _write_data(rundir, model, d)
+    _sample(rundir, config, model, d.data, resume_run=False, progress=progress)
+    diagnose(rundir.root)
+    plot(rundir.root)
+    return rundir
+
+
+def resume(run_dir: Path, num_results: int | None = None, progress: bool = True) -> io.RunDirectory:
+    """Continue a killed run from its checkpoint, or extend a finished one."""
+    rundir = io.RunDirectory(run_dir)
+    config = _read_config(rundir)
+    if num_results is not None and num_results < config.sampler.num_results:
+        raise ValueError(
+            f"--num-results {num_results} is fewer than the run's "
+            f"{config.sampler.num_results}; resume can only extend a run"
+        )
+    model = build_model(
+        config, mask=rundir.load_data("mask"), sigma_map=rundir.load_data("sigma_map")
+    )
+    data = rundir.load_data("data")
+    if data is None:
+        raise FileNotFoundError(f"{rundir.data('data')} is missing")
+    if num_results is not None:
+        raw = config.to_dict()
+        raw["sampler"]["num_results"] = num_results
+        config = cfg.config_from_dict(raw, rundir.root)
+        _write_config(rundir, config)
+    _sample(rundir, config, model, data, resume_run=True, progress=progress)
+    diagnose(rundir.root)
+    plot(rundir.root)
+    return rundir
+
+
+# --- diagnostics and plots -----------------------------------------------------------------
+def _load_run(run_dir: Path):
+    import xarray as xr
+
+    rundir = io.RunDirectory(run_dir)
+    config = _read_config(rundir)
+    for path in (rundir.samples, rundir.power):
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: the run has not finished sampling")
+    import arviz as az
+
+    idata = az.from_netcdf(str(rundir.samples))
+    posterior = {k: idata.posterior[k].values for k in idata.posterior.data_vars}
+    stats = {k: idata.sample_stats[k].values for k in idata.sample_stats.data_vars}
+    with xr.open_dataset(rundir.power, engine="h5netcdf") as ds:
+        power = {k: ds[k].values for k in ds.data_vars}
+        power["k"] = ds["k"].values
+    fields = {}
+    if rundir.fields.exists():
+        from fieldhmc.samplers import read_fields
+
+        fields = read_fields(rundir.fields)
+    return rundir, config, posterior, stats, power, fields
+
+
+def diagnose(run_dir: Path) -> dict:
+    """Recompute ``summary.json`` and ``report.txt``; print the report."""
+    from fieldhmc import diagnostics
+
+    rundir, config, posterior, stats, power, fields = _load_run(run_dir)
+    truth = rundir.load_data("truth")
+    field_summary = None
+    grid = None
+    if "draws" in fields and fields["draws"].shape[0] >= 4:
+        from fieldhmc import models
+
+        grid = models.Grid(config.grid.shape, config.grid.box_size)
+        kbins = grid.kbins()
+        draws = np.swapaxes(fields["draws"], 0, 1)  # chain, draw, ...
+        field_summary = diagnostics.field_convergence(draws, kbins.index, kbins.num_bins, k=kbins.k)
+    truth_summary = None
+    if "truth" in power:
+        cov = None
+        if truth is not None and "draws" in fields and fields["draws"].shape[0] >= 4:
+            cov = diagnostics.coverage(np.swapaxes(fields["draws"], 0, 1), truth)
+        cross = None
+        if truth is not None and "mean" in fields:
+            cross = diagnostics.cross_power(
+                fields["mean"], *_kbin_args(config), field_b=truth, box_size=config.grid.box_size
+            )
+        truth_summary = diagnostics.truth_comparison(
+            power["k"],
+            power["truth"],
+            power_draws=power["power"],
+            power_mean=power.get("posterior_mean"),
+            power_cross=cross,
+            coverage_result=cov,
+        )
+    kind = config.sampler.kind
+    summary = diagnostics.build_summary(
+        posterior=posterior,
+        sample_stats=stats,
+        target_accept_prob=config.sampler.target_accept_prob,
+        max_tree_depth=config.sampler.max_tree_depth if kind in ("nuts", "fieldnuts") else None,
+        field=field_summary,
+        truth=truth_summary,
+        scalars_method="numpy",
+        metadata={
+            "run_dir": str(rundir.root),
+            "sampler": kind,
+            "preconditioner": config.sampler.preconditioner,
+            "grid_shape": list(config.grid.shape),
+        },
+    )
+    io.write_json(rundir.summary, summary)
+    report = diagnostics.format_report(summary)
+    io.write_text(rundir.report, report + "\n")
+    print(report)
+    return summary
+
+
+def _kbin_args(config: cfg.Config):
+    from fieldhmc import models
+
+    kbins = models.Grid(config.grid.shape, config.grid.box_size).kbins()
+    return kbins.index, kbins.num_bins
+
+
+def plot(run_dir: Path) -> list[Path]:
+    """Write the standard set of PNGs to ``run_dir/plots``."""
+    import json
+
+    from fieldhmc import plotting
+
+    rundir, config, posterior, stats, power, fields = _load_run(run_dir)
+    rundir.plots.mkdir(exist_ok=True)
+    written = []
+
+    def save(fig_or_ax, name):
+        fig = getattr(fig_or_ax, "figure", fig_or_ax)
+        path = rundir.plots / f"{name}.png"
+        io.atomic_write(
+            path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+        )
+        written.append(path)
+
+    hyper = [n for n in ("log_amplitude", "index") if n in posterior]
+    modes = [n for n in posterior if n.startswith("mode[")][:6]
+    trace_vars = {**{n: posterior[n] for n in hyper + modes}, "lp": stats["lp"]}
+    save(plotting.plot_traces(trace_vars, diverging=stats.get("diverging")), "traces")
+    save(plotting.plot_autocorrelation(trace_vars), "autocorrelation")
+    if len(hyper) >= 2:
+        save(plotting.plot_corner({n: posterior[n] for n in hyper}), "corner")
+    truth = rundir.load_data("truth")
+    save(
+        plotting.plot_power_summary(
+            power["k"],
+            power["power"],
+            power_truth=power.get("truth"),
+            power_data=power.get("data"),
+            power_input=power.get("input"),
+            power_mean=power.get("posterior_mean"),
+        ),
+        "power_spectrum",
+    )
+    if "mean" in fields:
+        save(
+            plotting.plot_field_slices(
+                fields["mean"],
+                np.sqrt(fields["var"]),
+                truth=truth,
+                data=rundir.load_data("data"),
+                mask=rundir.load_data("mask"),
+                box_size=config.grid.box_size,
+            ),
+            "field_slices",
+        )
+    if rundir.summary.exists():
+        summary = json.loads(rundir.summary.read_text())
+        if summary.get("field"):
+            save(plotting.plot_kbin_convergence(summary["field"]), "kbin_convergence")
+    return written
