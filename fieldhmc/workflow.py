@@ -22,6 +22,11 @@ __all__ = ["diagnose", "plot", "resume", "run", "simulate"]
 _log = logging.getLogger(__name__)
 
 
+def _chatty() -> bool:
+    """Progress bars and the printed report, unless the CLI was asked to be quiet."""
+    return logging.getLogger("fieldhmc").getEffectiveLevel() <= logging.INFO
+
+
 # --- model and data ----------------------------------------------------------------------
 def _versions() -> dict[str, str]:
     import tensorflow as tf
@@ -120,7 +125,9 @@ def _load_data_file(config: cfg.Config) -> np.ndarray:
 def _obtain_data(config: cfg.Config, model) -> _Data:
     if config.data.source == "file":
         return _Data(model.check_data(_load_data_file(config)), None, None)
-    draw = model.sample(seed=config.data.seed)
+    from fieldhmc.samplers import stateless_seed
+
+    draw = model.sample(seed=stateless_seed(config.data.seed))
     latents = {name: np.asarray(draw[name]) for name in model.latent_names}
     return _Data(np.asarray(draw["data"]), np.asarray(draw["delta"]), latents)
 
@@ -275,7 +282,7 @@ def _sample(
     num_results: int | None = None,
     progress: bool = True,
 ) -> dict:
-    from fieldhmc.samplers import H5TraceSink, Sampler
+    from fieldhmc.samplers import H5TraceSink, Sampler, stateless_seed
 
     settings = _settings(config, num_results)
     field_outputs, _, _ = _field_outputs(config, model)
@@ -294,11 +301,13 @@ def _sample(
             for t in model.init_latents(
                 config.sampler.init,
                 settings.num_chains,
-                seed=config.sampler.seed + 1,
+                seed=stateless_seed(config.sampler.seed + 1),
                 data=data,
                 jitter=config.sampler.init_jitter,
             )
         ]
+    if progress is None:
+        progress = _chatty()
     summary = sampler.run(sink, run.checkpoint, init, resume=resume_run, progress=progress)
     if summary["field_mean"] is not None:
         if not config.outputs.store_fields:
@@ -459,7 +468,8 @@ def diagnose(run_dir: Path) -> dict:
     io.write_json(rundir.summary, summary)
     report = diagnostics.format_report(summary)
     io.write_text(rundir.report, report + "\n")
-    print(report)
+    if _chatty():
+        print(report)
     return summary
 
 

@@ -6,6 +6,7 @@ from fieldhmc.samplers.driver import (
     SamplerSettings,
     TraceSink,
     adaptation_windows,
+    stateless_seed,
 )
 from fieldhmc.samplers.kernels import KINDS, build_kernel, default_target_accept_prob, whiten
 from fieldhmc.samplers.storage import H5TraceSink, read_fields, read_traces
@@ -22,5 +23,6 @@ __all__ = [
     "default_target_accept_prob",
     "read_fields",
     "read_traces",
+    "stateless_seed",
     "whiten",
 ]

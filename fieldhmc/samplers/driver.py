@@ -50,6 +50,7 @@ __all__ = [
     "SamplerSettings",
     "TraceSink",
     "adaptation_windows",
+    "stateless_seed",
 ]
 
 _log = logging.getLogger(__name__)
@@ -132,6 +133,19 @@ class TraceSink(Protocol):
     def append(self, traces: dict[str, np.ndarray]) -> None: ...
 
     def append_fields(self, fields: np.ndarray) -> None: ...
+
+
+def stateless_seed(seed: int) -> np.ndarray:
+    """A Python int as a stateless ``[2]`` int32 seed.
+
+    Never pass a bare int to TFP's samplers: ``tfp.random.sanitize_seed(int)`` goes
+    through a *stateful* op in eager mode, so the same int gives different draws on
+    repeated calls within one process.
+    """
+    seed = int(seed)
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}")
+    return np.array([seed & 0x7FFFFFFF, (seed >> 31) & 0x7FFFFFFF], np.int32)
 
 
 def adaptation_windows(num_burnin_steps: int) -> list[tuple[int, int]]:
@@ -544,7 +558,7 @@ class Sampler:
         window_starts = {a for a, _ in windows}
         window_ends = {b for _, b in windows}
         dtype = tf.as_dtype(rs.x[0].dtype)
-        seed = tf.constant([s.seed % (2**31), s.seed // (2**31)], tf.int32)
+        seed = tf.constant(stateless_seed(s.seed))
         bar = _progress_bar(progress, s.num_steps, rs.step)
         chunks_done = 0
         t0 = time.perf_counter()

@@ -1,0 +1,185 @@
+"""End to end through the CLI: every shipped config on a shrunken grid, resume, overwrite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from fieldhmc import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+SHRINK = [
+    "grid.shape=[8,8,8]",
+    "sampler.num_burnin_steps=20",
+    "sampler.num_results=24",
+    "sampler.chunk_size=12",
+    "sampler.num_chains=2",
+    "outputs.field_thin=2",
+]
+
+
+def _run(config: Path, out: Path, *extra: str) -> int:
+    argv = ["-q", "run", str(config), "--out", str(out)]
+    for item in [*SHRINK, *extra]:
+        argv += ["--set", item]
+    return cli.main(argv)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_shipped_config_runs_end_to_end(config, tmp_path):
+    import arviz as az
+
+    out = tmp_path / "run"
+    assert _run(config, out) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_chains"] == 2 and summary["num_draws"] == 24
+    for name in ("traces", "power_spectrum", "autocorrelation"):
+        assert (out / "plots" / f"{name}.png").stat().st_size > 5000
+    idata = az.from_netcdf(out / "samples.nc")
+    stats = set(idata.sample_stats.data_vars)
+    assert {"lp", "acceptance_rate", "diverging", "energy", "step_size", "n_steps"} <= stats
+    assert idata.posterior.sizes["chain"] == 2 and idata.posterior.sizes["draw"] == 24
+    assert "tensorflow" in (out / "config.yaml").read_text()  # versions recorded
+    with h5py.File(out / "fields.h5", "r") as f:
+        assert f["mean"].shape == (8, 8, 8)
+        assert np.all(np.isfinite(f["var"][()]))
+
+
+def test_samples_nc_opens_without_fieldhmc(tmp_path):
+    """az.from_netcdf in a fresh interpreter that cannot import fieldhmc."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    assert _run(ROOT / "configs" / "quickstart.yaml", out) == 0
+    code = (
+        "import sys; sys.modules['fieldhmc'] = None\n"
+        "import arviz as az\n"
+        f"d = az.from_netcdf({str(out / 'samples.nc')!r})\n"
+        "print(sorted(d.sample_stats.data_vars))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "diverging" in res.stdout
+
+
+def test_overwrite_protection_keeps_results(tmp_path, capsys):
+    out = tmp_path / "run"
+    quick = ROOT / "configs" / "quickstart.yaml"
+    assert _run(quick, out) == 0
+    before = (out / "summary.json").read_bytes()
+    (out / "my_notes.txt").write_text("keep me")
+    capsys.readouterr()
+    assert _run(quick, out) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not empty" in err[0] and "--overwrite" in err[0]
+    assert (out / "summary.json").read_bytes() == before
+
+
+def test_overwrite_never_deletes_user_files(tmp_path):
+    out = tmp_path / "run"
+    quick = ROOT / "configs" / "quickstart.yaml"
+    out.mkdir()
+    (out / "my_notes.txt").write_text("keep me")
+    argv = ["-q", "run", str(quick), "--out", str(out), "--overwrite"]
+    for item in SHRINK:
+        argv += ["--set", item]
+    assert cli.main(argv) == 0
+    assert (out / "my_notes.txt").read_text() == "keep me"
+    assert (out / "summary.json").exists()
+
+
+def test_resume_after_kill_matches_uninterrupted(tmp_path, monkeypatch):
+    from fieldhmc.samplers import Sampler
+
+    quick = ROOT / "configs" / "quickstart.yaml"
+    full = tmp_path / "full"
+    assert _run(quick, full) == 0
+
+    real_run = Sampler.run
+
+    def killed_run(self, *args, **kwargs):
+        kwargs["max_chunks"] = 3
+        real_run(self, *args, **kwargs)
+        raise KeyboardInterrupt  # the process dies after its third checkpoint
+
+    monkeypatch.setattr(Sampler, "run", killed_run)
+    killed = tmp_path / "killed"
+    assert _run(quick, killed) == 130  # the CLI reports the interrupt, exit 130
+    monkeypatch.setattr(Sampler, "run", real_run)
+    assert not (killed / "summary.json").exists()
+    assert cli.main(["-q", "resume", str(killed)]) == 0
+    with h5py.File(full / "traces.h5") as a, h5py.File(killed / "traces.h5") as b:
+        assert set(a) == set(b)
+        for name in a:
+            assert a[name][()].tobytes() == b[name][()].tobytes(), name
+
+
+def test_resume_extends_a_finished_run(tmp_path):
+    out = tmp_path / "run"
+    assert _run(ROOT / "configs" / "quickstart.yaml", out) == 0
+    assert cli.main(["-q", "resume", str(out), "--num-results", "36"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_draws"] == 36
+
+
+def test_simulate_diagnose_and_plot_commands(tmp_path):
+    quick = ROOT / "configs" / "quickstart.yaml"
+    sim = tmp_path / "sim"
+    argv = ["-q", "simulate", str(quick), "--out", str(sim)]
+    for item in SHRINK:
+        argv += ["--set", item]
+    assert cli.main(argv) == 0
+    assert np.load(sim / "data" / "truth.npy").shape == (8, 8, 8)
+    assert np.load(sim / "data" / "data.npy").shape == (8, 8, 8)
+
+    out = tmp_path / "run"
+    assert _run(quick, out, "sampler.num_results=30") == 0
+    (out / "summary.json").unlink()
+    for png in (out / "plots").glob("*.png"):
+        png.unlink()
+    assert cli.main(["-q", "diagnose", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["num_draws"] == 30
+    assert cli.main(["-q", "plot", str(out)]) == 0
+    assert len(list((out / "plots").glob("*.png"))) >= 4
+    assert "num_results: 30" in (out / "config.yaml").read_text()
+
+
+def test_loading_data_from_file(tmp_path):
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((8, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "obs.npz", data=data)
+    out = tmp_path / "run"
+    assert (
+        _run(
+            ROOT / "configs" / "quickstart.yaml",
+            out,
+            "data.source=file",
+            f"data.path={tmp_path / 'obs.npz'}",
+        )
+        == 0
+    )
+    np.testing.assert_array_equal(np.load(out / "data" / "data.npy"), data)
+    assert not (out / "data" / "truth.npy").exists()
+
+
+def test_nan_in_data_file_is_a_one_line_error(tmp_path, capsys):
+    data = np.zeros((8, 8, 8), np.float32)
+    data[1, 2, 3] = np.nan
+    np.save(tmp_path / "obs.npy", data)
+    out = tmp_path / "run"
+    code = _run(
+        ROOT / "configs" / "quickstart.yaml",
+        out,
+        "data.source=file",
+        f"data.path={tmp_path / 'obs.npy'}",
+    )
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nan" in err[0].lower()
+    assert not out.exists()
