@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e '.[dev]'
 	touch $(STAMP)
 
+RUN_DIR ?= runs/quickstart-$(shell date +%Y%m%d-%H%M%S)
+
 run: $(STAMP)
-	$(PY) -m fieldhmc run configs/quickstart.yaml --out runs/quickstart --overwrite
+	$(PY) -m fieldhmc run configs/quickstart.yaml --out $(RUN_DIR)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -26,6 +28,7 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/ops.py
+	$(PY) benchmarks/sampling.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
