@@ -1,0 +1,81 @@
+"""k-grids, power spectra, TFP joint distributions, likelihoods and exact references.
+
+Layout (one concept per module):
+
+* :mod:`~fieldhmc.models.grid` -- :class:`Grid` (box, k-vectors, Hermitian weights,
+  k-bins);
+* :mod:`~fieldhmc.models.power` -- :class:`PowerLaw`, :class:`TurnoverPowerLaw`,
+  :class:`TabulatedPower`;
+* :mod:`~fieldhmc.models.power_estimator` -- :func:`measure_power` (TF, batched),
+  :func:`measure_cross_power`, :func:`measure_power_np`;
+* :mod:`~fieldhmc.models.masks` -- :func:`make_mask`;
+* :mod:`~fieldhmc.models.field_model` -- :class:`FieldModel` (prior, parametrisation,
+  the sampler interface); :mod:`~fieldhmc.models.gaussian` and
+  :mod:`~fieldhmc.models.poisson` -- the likelihoods;
+* :mod:`~fieldhmc.models.wiener_solver`, :mod:`~fieldhmc.models.wiener` -- the
+  Wiener filter and exact Gaussian posteriors.
+"""
+
+from fieldhmc.models.field_model import INIT_KINDS, PARAMETRIZATIONS, FieldModel
+from fieldhmc.models.gaussian import GaussianFieldModel
+from fieldhmc.models.grid import Grid, KBins
+from fieldhmc.models.masks import MASK_KINDS, make_mask
+from fieldhmc.models.poisson import LognormalPoissonModel
+from fieldhmc.models.power import (
+    HYPERPARAMETER_NAMES,
+    PowerLaw,
+    PowerSpectrum,
+    TabulatedPower,
+    TurnoverPowerLaw,
+)
+from fieldhmc.models.power_estimator import (
+    PowerSpectrumEstimate,
+    expected_binned_power,
+    measure_cross_power,
+    measure_power,
+    measure_power_np,
+)
+from fieldhmc.models.priors import NormalPrior
+from fieldhmc.models.reduction import reduce_sum_float64
+from fieldhmc.models.wiener import (
+    DensePosterior,
+    WienerPosterior,
+    WienerVariance,
+    dense_posterior,
+    wiener_posterior,
+    wiener_variance,
+)
+from fieldhmc.models.wiener_solver import CGResult, conjugate_gradient, wiener_filter_mean
+
+__all__ = [
+    "HYPERPARAMETER_NAMES",
+    "INIT_KINDS",
+    "MASK_KINDS",
+    "PARAMETRIZATIONS",
+    "CGResult",
+    "DensePosterior",
+    "FieldModel",
+    "GaussianFieldModel",
+    "Grid",
+    "KBins",
+    "LognormalPoissonModel",
+    "NormalPrior",
+    "PowerLaw",
+    "PowerSpectrum",
+    "PowerSpectrumEstimate",
+    "TabulatedPower",
+    "TurnoverPowerLaw",
+    "WienerPosterior",
+    "WienerVariance",
+    "conjugate_gradient",
+    "dense_posterior",
+    "expected_binned_power",
+    "make_mask",
+    "measure_cross_power",
+    "measure_power",
+    "measure_power_np",
+    "reduce_sum_float64",
+    "wiener_filter_mean",
+    "wiener_posterior",
+    "wiener_variance",
+]

@@ -1,0 +1,638 @@
+"""Gaussian-random-field priors over Fourier modes, assembled into TFP joint distributions.
+
+**Conventions** (``N = n0 n1 n2`` cells, box volume ``V``, see
+:mod:`fieldhmc.models.power_estimator`): the continuum modes are
+:math:`\\delta_k \\approx (V/N)\\,\\mathrm{rfft3d}(\\delta)_k` and
+:math:`P(k) = \\langle|\\delta_k|^2\\rangle / V`. Write
+:math:`s_k = P(k)\\, N / V`, the prior variance of a mode in the orthonormal
+("ortho") Fourier basis, and :math:`Z = \\mathrm{pack}(x)` for
+:meth:`fieldhmc.ops.HermitianPacking.modes_from_real` (orthonormal, exactly
+Hermitian, :math:`E|Z_k|^2 = 1` for white :math:`x`). The latent ``"field"``
+:math:`x` has the grid's shape ``[..., n0, n1, n2]`` and
+
+* **non-centred**: :math:`x \\sim \\mathcal N(0, I)`,
+  :math:`\\delta = \\mathrm{irfft3d}(\\sqrt{s_k}\\, Z_k, \\text{norm="ortho"})`;
+* **centred**: :math:`x_j \\sim \\mathcal N(0, s_{k(j)})` (``k(j)`` =
+  ``packing.mode_of_real[j]``), :math:`\\delta = \\mathrm{irfft3d}(Z_k,
+  \\text{norm="ortho"})`.
+
+Check: :math:`\\mathrm{rfft3d}(\\delta) = \\sqrt N\\,\\sqrt{s_k} Z_k`, so
+:math:`\\langle|\\mathrm{rfft3d}(\\delta)_k|^2\\rangle = N s_k = P(k) N^2/V` as required.
+The map :math:`x \\mapsto \\delta` is orthogonal up to the per-mode scale, and
+the two parametrisations differ by :math:`x^{c}_j = \\sqrt{s_{k(j)}}\\, x^{nc}_j`, a
+Jacobian :math:`\\tfrac12\\sum_j \\ln s_{k(j)}` (constant for fixed hyperparameters).
+
+**The mean mode is fixed**: :math:`\\delta_{k=0} = 0` exactly (:math:`P(0) := 0`;
+the overdensity of a periodic box has zero mean). Its one latent coordinate does
+not enter :math:`\\delta` or the likelihood and keeps a standard-normal prior (also
+in the centred case), so its posterior is :math:`\\mathcal N(0, 1)`.
+
+**Hyperparameters** ``log_amplitude`` and ``index`` (see
+:mod:`fieldhmc.models.power`) are sampled when given a :class:`NormalPrior`, else
+fixed at the power spectrum's fiducial values. Latents are ordered
+``(*sampled hyperparameters, "field")`` and may carry any leading batch (chain)
+shape; hyperparameters then have shape ``[batch]``.
+
+**Precision.** :meth:`FieldModel.target_log_prob_fn` computes per-voxel terms in
+the latents' dtype and reduces them in float64, returning float64
+(:mod:`fieldhmc.models.reduction`); :meth:`FieldModel.joint_distribution` is the
+plain TFP model (reductions in the model dtype) used for sampling and as the
+readable reference.
+
+References
+----------
+1. Papaspiliopoulos, Roberts & Sköld (2007), "A general framework for the
+   parametrization of hierarchical models", arXiv:0708.3797.
+2. Jasche & Kitaura (2010), "Fast Hamiltonian sampling for large-scale structure
+   inference", arXiv:0911.2493.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from fieldhmc.models.grid import Grid
+from fieldhmc.models.power import PowerSpectrum, power_from_terms
+from fieldhmc.models.priors import NormalPrior, check_hyper_priors
+from fieldhmc.models.reduction import reduce_sum_float64
+from fieldhmc.models.wiener_solver import wiener_filter_mean
+from fieldhmc.ops import HermitianPacking, irfft3d, rfft3d
+
+tfd = tfp.distributions
+Root = tfd.JointDistributionCoroutine.Root
+
+__all__ = ["INIT_KINDS", "PARAMETRIZATIONS", "FieldModel"]
+
+PARAMETRIZATIONS: tuple[str, ...] = ("noncentred", "centred")
+INIT_KINDS: tuple[str, ...] = ("prior", "zeros", "wiener")
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def _zeros_like_sample(dist: tfd.Distribution) -> tf.Tensor:
+    """``safe_sample_fn`` for :class:`tfd.Masked`: masked voxels get data 0."""
+    return tf.zeros(dist.batch_shape_tensor(), dist.dtype)
+
+
+class FieldModel(abc.ABC):
+    """A Gaussian random field prior with a likelihood for gridded data.
+
+    Subclasses (:class:`GaussianFieldModel`, :class:`LognormalPoissonModel`) add the
+    likelihood. The interface the samplers use:
+
+    * ``latent_names``, ``latent_event_shapes`` (tuples, aligned);
+    * :meth:`joint_distribution`, :meth:`sample`, :meth:`posterior`;
+    * :meth:`target_log_prob_fn` (float64, batched, XLA-compatible);
+    * :meth:`field_from_latents`, :meth:`latents_from_field`;
+    * :meth:`prior_precision_diag`, :meth:`posterior_precision_diag`;
+    * :meth:`init_latents`.
+
+    Parameters
+    ----------
+    grid : Grid
+        The box.
+    power : PowerSpectrum
+        Prior power spectrum; its parameters are the fiducial hyperparameters.
+    parametrization : {"noncentred", "centred"}
+        Meaning of the ``"field"`` latent (see the module docstring).
+    hyper_priors : mapping, optional
+        ``{"log_amplitude": NormalPrior(loc, scale), "index": ...}`` (or
+        ``(loc, scale)`` tuples) for the hyperparameters to sample; the others are
+        fixed at their fiducial values. Default: all fixed.
+    dtype : tf.DType
+        float32 (default) or float64: the dtype of latents, fields and data.
+
+    Raises
+    ------
+    ValueError
+        If the fiducial :math:`P(k)` is not positive and finite at every
+        :math:`k > 0` of the grid (or underflows in ``dtype``), or for an unknown
+        parametrization / hyperparameter.
+    """
+
+    #: True if the likelihood is Gaussian in :math:`\\delta` (Wiener filter exact).
+    is_gaussian_likelihood: bool = False
+
+    def __init__(
+        self,
+        grid: Grid,
+        power: PowerSpectrum,
+        *,
+        parametrization: str = "noncentred",
+        hyper_priors: Mapping[str, NormalPrior | tuple[float, float]] | None = None,
+        dtype: tf.DType = tf.float32,
+    ):
+        if not isinstance(grid, Grid):
+            raise ValueError(f"grid must be a fieldhmc.models.Grid, got {type(grid).__name__}")
+        if not isinstance(power, PowerSpectrum):
+            raise ValueError(
+                f"power must be a fieldhmc.models.PowerSpectrum, got {type(power).__name__}"
+            )
+        if parametrization not in PARAMETRIZATIONS:
+            raise ValueError(
+                f"parametrization must be one of {PARAMETRIZATIONS}, got {parametrization!r}"
+            )
+        dtype = tf.as_dtype(dtype)
+        if dtype not in (tf.float32, tf.float64):
+            raise ValueError(f"dtype must be float32 or float64, got {dtype.name}")
+        self.grid = grid
+        self.power = power
+        self.parametrization = parametrization
+        self.dtype = dtype
+        self.hyper_priors = check_hyper_priors(hyper_priors)
+        self.hyper_names: tuple[str, ...] = tuple(self.hyper_priors)
+        self.latent_names: tuple[str, ...] = (*self.hyper_names, "field")
+        self.latent_event_shapes: tuple[tuple[int, ...], ...] = (
+            *(() for _ in self.hyper_names),
+            grid.grid_shape,
+        )
+        self.fiducial: dict[str, float] = power.fiducial
+        self.packing = HermitianPacking(grid.grid_shape)
+
+        kmag = grid.kmag()
+        self._is_pos = kmag > 0
+        self._log_k_ratio = np.log(np.where(self._is_pos, kmag, power.k_pivot) / power.k_pivot)
+        self._log_shape = power.log_shape(kmag)
+        self._mode_of_real = np.asarray(self.packing.mode_of_real, dtype=np.int32)
+        self._is_mean_coordinate = (self._mode_of_real == 0).reshape(grid.grid_shape)
+        self._check_power(kmag)
+
+    # --- power spectrum on the grid --------------------------------------------------
+    def _check_power(self, kmag: np.ndarray) -> None:
+        p = self.power.numpy(kmag)
+        s = p * self.grid.num_cells / self.grid.volume
+        s_cast = s.astype(self.dtype.as_numpy_dtype)
+        bad = self._is_pos & ~(np.isfinite(s_cast) & (s_cast > 0) & np.isfinite(p) & (p > 0))
+        if bad.any():
+            i = tuple(np.argwhere(bad)[0])
+            raise ValueError(
+                f"P(k) must be positive and finite for k > 0: P({kmag[i]:.4g} h/Mpc) = "
+                f"{p[i]:.4g} (Mpc/h)^3 (N/V * P = {s[i]:.4g} in {self.dtype.name})"
+            )
+
+    def signal_variance_np(self) -> np.ndarray:
+        """:math:`s_k = P(k) N / V` at the fiducial hyperparameters.
+
+        Returns
+        -------
+        np.ndarray
+            float64 ``[n0, n1, n2 // 2 + 1]``; 0 at ``k = 0``.
+        """
+        return self.power.numpy(self.grid.kmag()) * self.grid.num_cells / self.grid.volume
+
+    def _latent_variance_np(self) -> np.ndarray:
+        """Prior variance of each centred latent coordinate (1 for the mean mode)."""
+        s_real = self.signal_variance_np().reshape(-1)[self._mode_of_real]
+        return np.where(self._is_mean_coordinate.reshape(-1), 1.0, s_real).reshape(
+            self.grid.grid_shape
+        )
+
+    def _constants(self, field_only: bool = False) -> dict[str, tf.Tensor]:
+        """Tensors of the grid/spectrum constants, made once per public call.
+
+        Made eagerly by :meth:`target_log_prob_fn`, they are captured by a later
+        ``tf.function`` as inputs rather than embedded as graph constants. With
+        ``field_only`` only what :meth:`field_from_latents` needs is made (it may be
+        called inside a compiled loop, where every constant is embedded).
+        """
+        sampled = bool(self.hyper_names)
+        c: dict[str, tf.Tensor] = {"is_pos": tf.constant(self._is_pos)}
+        if not field_only or (sampled and self.parametrization == "noncentred"):
+            c["log_k_ratio"] = tf.constant(self._log_k_ratio, tf.float64)
+            c["log_shape"] = tf.constant(self._log_shape, tf.float64)
+        if field_only:
+            if not sampled and self.parametrization == "noncentred":
+                c["sqrt_s"] = tf.constant(np.sqrt(self.signal_variance_np()), self.dtype)
+            return c
+        c["mode_of_real"] = tf.constant(self._mode_of_real)
+        c["is_mean_coordinate"] = tf.constant(self._is_mean_coordinate)
+        if not sampled:
+            s = self.signal_variance_np()
+            var = self._latent_variance_np()
+            c["sqrt_s"] = tf.constant(np.sqrt(s), self.dtype)
+            if self.parametrization == "centred":
+                c["inv_latent_variance"] = tf.constant(1.0 / var, tf.float64)
+            c["log_latent_variance_sum"] = tf.constant(np.log(var).sum(), tf.float64)
+            c["sigma2_delta"] = tf.constant(
+                (self.grid.hermitian_weights() * s).sum() / self.grid.num_cells, tf.float64
+            )
+        return c
+
+    def _signal_variance(self, hp: Mapping[str, tf.Tensor], c) -> tf.Tensor:
+        """float64 :math:`s_k` on the half-spectrum, ``[*hyper_batch, n0, n1, m]``."""
+        p = power_from_terms(
+            c["log_k_ratio"],
+            c["log_shape"],
+            c["is_pos"],
+            self.power,
+            hp.get("log_amplitude"),
+            hp.get("index"),
+        )
+        return p * (self.grid.num_cells / self.grid.volume)
+
+    def _sigma2_delta(self, hp: Mapping[str, tf.Tensor], c) -> tf.Tensor:
+        """float64 prior variance of :math:`\\delta(x)`, ``[*hyper_batch]``.
+
+        .. math:: \\sigma^2_\\delta = \\frac1V \\sum_{k\\,\\text{full}} P(k)
+                  = \\frac1N \\sum_{k\\,\\text{half}} w_k s_k
+        """
+        if not self.hyper_names:
+            return c["sigma2_delta"]
+        s = self._signal_variance(hp, c)
+        w = tf.constant(self.grid.hermitian_weights(), tf.float64)
+        return tf.reduce_sum(w * s, axis=[-3, -2, -1]) / self.grid.num_cells
+
+    def _latent_variance(self, hp, c) -> tf.Tensor:
+        """float64 prior variance per centred latent coordinate, ``[*hyper_batch, *grid]``."""
+        s = self._signal_variance(hp, c)
+        batch = tf.shape(s)[:-3]
+        flat = tf.reshape(s, tf.concat([batch, [-1]], 0))
+        s_real = tf.gather(flat, c["mode_of_real"], axis=-1)
+        s_real = tf.reshape(s_real, tf.concat([batch, self.grid.grid_shape], 0))
+        return tf.where(c["is_mean_coordinate"], tf.ones([], tf.float64), s_real)
+
+    # --- latents -----------------------------------------------------------------------
+    def _unpack(self, latents) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        if len(latents) != len(self.latent_names):
+            raise ValueError(
+                f"expected {len(self.latent_names)} latents {self.latent_names}, got {len(latents)}"
+            )
+        values = dict(zip(self.latent_names, latents, strict=True))
+        field = tf.cast(tf.convert_to_tensor(values["field"]), self.dtype)
+        hp = {name: tf.convert_to_tensor(values[name]) for name in self.hyper_names}
+        return field, hp
+
+    def _delta(self, field: tf.Tensor, hp, c) -> tf.Tensor:
+        modes = self.packing.modes_from_real(field)
+        if self.parametrization == "noncentred":
+            if self.hyper_names:
+                scale = tf.cast(tf.sqrt(self._signal_variance(hp, c)), self.dtype)
+            else:
+                scale = c["sqrt_s"]
+        else:
+            scale = tf.cast(c["is_pos"], self.dtype)
+        modes = modes * tf.cast(scale, modes.dtype)
+        return irfft3d(modes, fft_length=self.grid.grid_shape, norm="ortho")
+
+    def field_from_latents(self, *latents) -> tf.Tensor:
+        """The overdensity :math:`\\delta(x)` of latents (batch-aware).
+
+        Parameters
+        ----------
+        *latents : tf.Tensor
+            In ``latent_names`` order; ``field`` is ``[..., n0, n1, n2]``,
+            hyperparameters ``[...]``.
+
+        Returns
+        -------
+        tf.Tensor
+            ``[..., n0, n1, n2]`` in the model dtype, dimensionless.
+        """
+        field, hp = self._unpack(latents)
+        return self._delta(field, hp, self._constants(field_only=True))
+
+    def latents_from_field(self, delta, **hyperparameters) -> tf.Tensor:
+        """The ``"field"`` latent that maps to :math:`\\delta` (its mean-mode coordinate 0).
+
+        Parameters
+        ----------
+        delta : array-like
+            ``[..., n0, n1, n2]``; its mean is discarded.
+        **hyperparameters : float or tf.Tensor
+            Values of sampled hyperparameters (default fiducial), batch-broadcastable.
+
+        Returns
+        -------
+        tf.Tensor
+            ``[..., n0, n1, n2]`` in the model dtype.
+        """
+        delta = tf.cast(tf.convert_to_tensor(delta), self.dtype)
+        c = self._constants()
+        modes = rfft3d(delta, norm="ortho")
+        if self.parametrization == "noncentred":
+            hp = {n: hyperparameters.get(n) for n in self.hyper_names}
+            hp = {n: v for n, v in hp.items() if v is not None}
+            s = self._signal_variance(hp, c)
+            inv = tf.where(c["is_pos"], tf.math.rsqrt(tf.where(c["is_pos"], s, 1.0)), 0.0)
+            modes = modes * tf.cast(tf.cast(inv, self.dtype), modes.dtype)
+        else:
+            modes = modes * tf.cast(tf.cast(c["is_pos"], self.dtype), modes.dtype)
+        return self.packing.real_from_modes(modes)
+
+    # --- densities -----------------------------------------------------------------------
+    def _log_prior_hypers(self, hp) -> tf.Tensor:
+        total = tf.zeros([], tf.float64)
+        for name in self.hyper_names:
+            prior = self.hyper_priors[name]
+            z = (tf.cast(hp[name], tf.float64) - prior.loc) / prior.scale
+            total = total - 0.5 * z * z - (math.log(prior.scale) + 0.5 * _LOG_2PI)
+        return total
+
+    def _log_prior_field(self, field: tf.Tensor, hp, c) -> tf.Tensor:
+        n = self.grid.num_cells
+        x2 = tf.square(tf.cast(field, tf.float64))
+        if self.parametrization == "noncentred":
+            return -0.5 * reduce_sum_float64(x2) - 0.5 * n * _LOG_2PI
+        if self.hyper_names:
+            var = self._latent_variance(hp, c)
+            quad = reduce_sum_float64(x2 / var)
+            log_det = tf.reduce_sum(tf.math.log(var), axis=[-3, -2, -1])
+        else:
+            quad = reduce_sum_float64(x2 * c["inv_latent_variance"])
+            log_det = c["log_latent_variance_sum"]
+        return -0.5 * quad - 0.5 * log_det - 0.5 * n * _LOG_2PI
+
+    @abc.abstractmethod
+    def _check_data(self, data) -> np.ndarray:
+        """Validate observed data; return float64 ``[n0, n1, n2]``."""
+
+    @abc.abstractmethod
+    def _likelihood_constants(self, data: np.ndarray) -> dict[str, tf.Tensor]:
+        """Tensors the log-likelihood needs for these data."""
+
+    @abc.abstractmethod
+    def _log_likelihood(self, delta: tf.Tensor, hp, c, lc) -> tf.Tensor:
+        """float64 ``[batch]`` log-likelihood, reduced in float64."""
+
+    @abc.abstractmethod
+    def _data_distribution(self, delta: tf.Tensor, hp, c) -> tfd.Distribution:
+        """The TFP distribution of ``"data"`` given :math:`\\delta`, event = grid."""
+
+    @property
+    @abc.abstractmethod
+    def noise_precision_mean(self) -> float:
+        """Effective mean noise precision per voxel, e.g. ``mean(mask / sigma**2)``."""
+
+    @abc.abstractmethod
+    def _gaussian_approximation(self, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Gaussian approximation of the likelihood, ``(d_eff, weights)``.
+
+        :math:`d_{eff} \\sim \\mathcal N(\\delta, W^{-1})` with ``W = weights`` per voxel.
+        """
+
+    def check_data(self, data) -> np.ndarray:
+        """Validate ``data`` and return it as float64 ``[n0, n1, n2]``.
+
+        Raises
+        ------
+        ValueError
+            Wrong shape, NaN/Inf, or values outside the likelihood's support.
+        """
+        return self._check_data(data)
+
+    def target_log_prob_fn(self, data) -> Callable[..., tf.Tensor]:
+        """The unnormalised posterior log density, pinned to ``data``.
+
+        .. math:: \\ln p(\\theta) + \\ln p(x \\mid \\theta) + \\ln p(d \\mid \\delta(x, \\theta))
+
+        including every normalisation constant, so it equals
+        ``joint_distribution().log_prob`` of the latents and data (to rounding).
+
+        Parameters
+        ----------
+        data : array-like
+            Concrete observed data ``[n0, n1, n2]`` (validated once, here).
+
+        Returns
+        -------
+        callable
+            ``target_log_prob_fn(*latents) -> tf.Tensor`` float64 ``[batch]``, latents in
+            ``latent_names`` order with a common leading batch (chain) shape. Terms are
+            computed in the latents' dtype and **reduced in float64, and the result is
+            float64 even for float32 latents** (the sampler subtracts a per-chain
+            reference before casting down). Works eagerly, in ``tf.function`` and with
+            ``jit_compile=True``; gradients are finite.
+        """
+        data = self._check_data(data)
+        c = self._constants()
+        lc = self._likelihood_constants(data)
+
+        def target_log_prob_fn(*latents):
+            field, hp = self._unpack(latents)
+            delta = self._delta(field, hp, c)
+            return (
+                self._log_prior_hypers(hp)
+                + self._log_prior_field(field, hp, c)
+                + self._log_likelihood(delta, hp, c, lc)
+            )
+
+        return target_log_prob_fn
+
+    # --- TFP model -------------------------------------------------------------------------
+    def _hyper_prior_distribution(self, name: str) -> tfd.Distribution:
+        prior = self.hyper_priors[name]
+        return tfd.Normal(
+            tf.constant(prior.loc, self.dtype), tf.constant(prior.scale, self.dtype), name=name
+        )
+
+    def _field_prior_distribution(self, hp, c) -> tfd.Distribution:
+        if self.parametrization == "noncentred":
+            return tfd.Sample(
+                tfd.Normal(tf.zeros([], self.dtype), tf.ones([], self.dtype)),
+                self.grid.grid_shape,
+                name="field",
+            )
+        if self.hyper_names:
+            var = self._latent_variance(hp, c)
+        else:
+            var = tf.constant(self._latent_variance_np(), tf.float64)
+        scale = tf.cast(tf.sqrt(var), self.dtype)
+        return tfd.Independent(
+            tfd.Normal(tf.zeros([], self.dtype), scale), reinterpreted_batch_ndims=3, name="field"
+        )
+
+    def joint_distribution(self) -> tfd.JointDistributionCoroutine:
+        """The generative model as a :class:`tfd.JointDistributionCoroutine`.
+
+        Variables, in order: the sampled hyperparameters (Normal priors), ``"field"``
+        (event ``grid_shape``) and ``"data"`` (event ``grid_shape``). ``sample(n)``
+        gives every variable a leading ``[n]``; ``log_prob`` accepts latents with a
+        leading batch shape and returns ``[batch]`` (reduced in the model dtype; use
+        :meth:`target_log_prob_fn` for float64).
+
+        Not auto-batched: every distribution is written batch-aware (the FFTs and
+        gathers act on leading axes), which is cheaper than TFP's ``vectorized_map``.
+        Root distributions (the hyperparameters, and ``"field"`` when it does not
+        depend on them) take the sample shape; the others inherit it as batch shape.
+        """
+        c = self._constants()
+        is_field_root = self.parametrization == "noncentred" or not self.hyper_names
+
+        def model():
+            hp = {}
+            for name in self.hyper_names:
+                hp[name] = yield Root(self._hyper_prior_distribution(name))
+            field_dist = self._field_prior_distribution(hp, c)
+            field = yield (Root(field_dist) if is_field_root else field_dist)
+            delta = self._delta(field, hp, c)
+            yield self._data_distribution(delta, hp, c)
+
+        return tfd.JointDistributionCoroutine(model, name=type(self).__name__)
+
+    def posterior(self, data) -> tfd.JointDistribution:
+        """The joint distribution pinned to validated ``data`` (``experimental_pin``)."""
+        data = tf.constant(self._check_data(data), self.dtype)
+        return self.joint_distribution().experimental_pin(data=data)
+
+    def sample(self, seed, sample_shape=()) -> dict[str, tf.Tensor]:
+        """Draw synthetic truth and data.
+
+        Parameters
+        ----------
+        seed : int or int Tensor of shape [2]
+            Stateless seed.
+        sample_shape : int or tuple
+            Leading shape of every output.
+
+        Returns
+        -------
+        dict
+            The latents (``latent_names``), ``"delta"`` (the true overdensity,
+            ``[*sample_shape, *grid_shape]``) and ``"data"``.
+        """
+        seed = tfp.random.sanitize_seed(seed)
+        draw = self.joint_distribution().sample(sample_shape, seed=seed)
+        out = dict(draw._asdict())
+        out["delta"] = self.field_from_latents(*(out[n] for n in self.latent_names))
+        return out
+
+    # --- preconditioning ---------------------------------------------------------------
+    def prior_precision_diag(self) -> np.ndarray:
+        """Prior precision of each ``"field"`` coordinate at the fiducial hyperparameters.
+
+        Returns
+        -------
+        np.ndarray
+            float64 ``grid_shape``: 1 (non-centred) or :math:`1/s_{k(j)}` (centred; 1 for
+            the mean-mode coordinate).
+        """
+        if self.parametrization == "noncentred":
+            return np.ones(self.grid.grid_shape)
+        return 1.0 / self._latent_variance_np()
+
+    def posterior_precision_diag(self, data=None) -> np.ndarray:
+        """Fourier-diagonal approximation of the posterior precision of ``"field"``.
+
+        .. math::
+
+            \\text{non-centred: } 1 + s_{k(j)} \\bar W, \\qquad
+            \\text{centred: } 1/s_{k(j)} + \\bar W,
+
+        at the fiducial hyperparameters, with :math:`\\bar W` =
+        :attr:`noise_precision_mean` (``mean(mask / sigma**2)``; ``nbar * mean(mask)``
+        for Poisson counts). The mean-mode coordinate gets 1. Exact for Gaussian noise
+        with scalar :math:`\\sigma` and no mask.
+
+        Parameters
+        ----------
+        data : array-like, optional
+            Validated if given (the approximation does not depend on it).
+
+        Returns
+        -------
+        np.ndarray
+            float64 ``grid_shape``; use as a diagonal mass matrix.
+        """
+        if data is not None:
+            self._check_data(data)
+        s_real = self.signal_variance_np().reshape(-1)[self._mode_of_real]
+        s_real = s_real.reshape(self.grid.grid_shape)
+        w = self.noise_precision_mean
+        if self.parametrization == "noncentred":
+            return 1.0 + s_real * w
+        return np.where(self._is_mean_coordinate, 1.0, 1.0 / self._latent_variance_np() + w)
+
+    # --- initial states -----------------------------------------------------------------
+    def wiener_latent(self, data, tol: float = 1e-8) -> np.ndarray:
+        """The ``"field"`` latent of the (linearised) Wiener-filter mean at the fiducial.
+
+        Exact posterior mean for Gaussian noise; for other likelihoods the Wiener
+        filter of :meth:`_gaussian_approximation` (for Poisson counts: the
+        overdensity ``c / (nbar m) - 1`` with noise variance ``1 / (nbar m)``).
+
+        Returns
+        -------
+        np.ndarray
+            float64 ``grid_shape``.
+        """
+        d_eff, weights = self._gaussian_approximation(self._check_data(data))
+        mean_field, _ = wiener_filter_mean(
+            self.grid.grid_shape, self.signal_variance_np(), weights, d_eff, tol=tol
+        )
+        return self.latents_from_field(mean_field).numpy().astype(np.float64)
+
+    def init_latents(
+        self, kind: str, num_chains: int, seed, data=None, jitter: float = 0.0
+    ) -> tuple[tf.Tensor, ...]:
+        """Initial states for ``num_chains`` chains.
+
+        Parameters
+        ----------
+        kind : {"prior", "zeros", "wiener"}
+            ``"prior"``: a prior draw of every latent; ``"zeros"``: hyperparameters at
+            their fiducial values, ``field`` zero; ``"wiener"``: hyperparameters at
+            their fiducial values, ``field`` at the Wiener-filter mean
+            (:meth:`wiener_latent`, needs ``data``).
+        num_chains : int
+            Leading batch size.
+        seed : int or int Tensor [2]
+            Stateless seed.
+        data : array-like, optional
+            Observed data (needed for ``"wiener"``).
+        jitter : float
+            Standard deviation of independent Normal noise added to every latent
+            coordinate (all kinds).
+
+        Returns
+        -------
+        tuple of tf.Tensor
+            In ``latent_names`` order, each ``[num_chains, *event_shape]``, model dtype.
+        """
+        if kind not in INIT_KINDS:
+            raise ValueError(f"init kind must be one of {INIT_KINDS}, got {kind!r}")
+        num_chains = int(num_chains)
+        if num_chains < 1:
+            raise ValueError(f"num_chains must be >= 1, got {num_chains}")
+        jitter = float(jitter)
+        if not (math.isfinite(jitter) and jitter >= 0):
+            raise ValueError(f"jitter must be non-negative and finite, got {jitter}")
+        seed = tfp.random.sanitize_seed(seed)
+        draw_seed, jitter_seed = tfp.random.split_seed(seed, 2)
+        shape = [num_chains]
+        values: dict[str, tf.Tensor] = {}
+        if kind == "prior":
+            seeds = tfp.random.split_seed(draw_seed, len(self.hyper_names) + 1)
+            for name, s in zip(self.hyper_names, seeds[:-1], strict=False):
+                values[name] = self._hyper_prior_distribution(name).sample(shape, seed=s)
+            field_dist = self._field_prior_distribution(values, self._constants())
+            field_shape = [] if self.hyper_names and self.parametrization == "centred" else shape
+            values["field"] = field_dist.sample(field_shape, seed=seeds[-1])
+        else:
+            for name in self.hyper_names:
+                values[name] = tf.fill(shape, tf.constant(self.fiducial[name], self.dtype))
+            if kind == "zeros":
+                values["field"] = tf.zeros([num_chains, *self.grid.grid_shape], self.dtype)
+            else:
+                if data is None:
+                    raise ValueError("init kind 'wiener' needs data")
+                latent = tf.constant(self.wiener_latent(data), self.dtype)
+                values["field"] = tf.tile(latent[None], [num_chains, 1, 1, 1])
+        out = []
+        jitter_seeds = tfp.random.split_seed(jitter_seed, len(self.latent_names))
+        for name, s in zip(self.latent_names, jitter_seeds, strict=True):
+            v = tf.cast(values[name], self.dtype)
+            if jitter > 0:
+                v = v + jitter * tf.random.stateless_normal(tf.shape(v), s, dtype=self.dtype)
+            out.append(v)
+        return tuple(out)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(grid={self.grid}, power={self.power!r}, "
+            f"parametrization={self.parametrization!r}, sampled={self.hyper_names})"
+        )

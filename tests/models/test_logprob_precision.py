@@ -1,0 +1,23 @@
+"""benchmarks/logprob_precision.py runs on a tiny grid and float64 reduction is exact."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import pytest
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "logprob_precision.py"
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="benchmarks/logprob_precision.py not present")
+def test_main_on_a_tiny_grid(capsys):
+    spec = importlib.util.spec_from_file_location("logprob_precision", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = module.main(["--n", "16"])
+    assert "[terms] n = 16^3" in capsys.readouterr().out
+    terms, model = results["terms"], results["model"]
+    # float64 accumulation of float32 terms: no reduction error at all here
+    assert terms["f64_reduce_err_vs_f32_terms"] <= 1e-9 * abs(terms["log_prob"])
+    assert model["f64_reduce_delta_err"] < 1e-3
