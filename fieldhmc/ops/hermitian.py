@@ -112,27 +112,84 @@ def hermitian_project(modes: tf.Tensor, fft_length, rank: int = 3) -> tf.Tensor:
     return tf.where(is_self_paired, projected, modes)
 
 
+class _PlaneTables:
+    """Packing of ``prod(shape)`` reals into one self-paired plane (all weights 1).
+
+    Self-conjugate bins (``k = -k`` modulo ``shape``) take one real; each conjugate
+    pair takes two, stored at its representative (the smaller flat index).
+    """
+
+    def __init__(self, shape: tuple[int, ...]):
+        size = math.prod(shape)
+        idx = np.arange(size).reshape(shape)
+        neg = [(-np.arange(n)) % n for n in shape]
+        partner = (idx[np.ix_(*neg)] if neg else idx).reshape(-1)
+        idx = idx.reshape(-1)
+        self_conj = partner == idx
+        is_rep = idx < partner
+        r2 = 1.0 / math.sqrt(2.0)
+        count = np.where(self_conj, 1, np.where(is_rep, 2, 0))
+        offset = np.cumsum(count) - count
+        owner = np.where(count > 0, idx, partner)
+        self.src_re = offset[owner].astype(np.int32)
+        self.src_im = np.where(self_conj, 0, offset[owner] + 1).astype(np.int32)
+        self.c_re = np.where(self_conj, 1.0, r2)
+        self.c_im = np.where(self_conj, 0.0, np.where(count > 0, r2, -r2))
+        # Real j -> owning bin; adjoint: v_j = coef0 * part(Z[owner]) + coef1 * part(Z[partner]).
+        self.owner_of_real = np.repeat(idx, count)
+        is_im = np.zeros(size, bool)
+        is_im[1:] = self.owner_of_real[1:] == self.owner_of_real[:-1]
+        owners = self.owner_of_real
+        partners = np.where(is_rep[owners], partner[owners], owners)
+        self.adj = [
+            (owners.astype(np.int32), is_im,
+             np.where(is_im, self.c_im[owners], self.c_re[owners])),
+            (partners.astype(np.int32), is_im,
+             np.where(is_rep[owners], np.where(is_im, self.c_im[partners],
+                                               self.c_re[partners]), 0.0)),
+        ]
+
+    def pack(self, flat: tf.Tensor) -> tf.Tensor:
+        """``[B, size]`` reals -> ``[B, size]`` complex plane."""
+        dtype = flat.dtype
+        re = tf.constant(self.c_re, dtype) * tf.gather(flat, self.src_re, axis=-1)
+        im = tf.constant(self.c_im, dtype) * tf.gather(flat, self.src_im, axis=-1)
+        return tf.complex(re, im)
+
+    def unpack(self, plane: tf.Tensor) -> tf.Tensor:
+        """``[B, size]`` complex plane -> ``[B, size]`` reals (adjoint of :meth:`pack`)."""
+        re, im = tf.math.real(plane), tf.math.imag(plane)
+        out = 0.0
+        for src, is_im, coef in self.adj:
+            part = tf.where(is_im, tf.gather(im, src, axis=-1), tf.gather(re, src, axis=-1))
+            out = out + tf.constant(coef, re.dtype) * part
+        return out
+
+
 class HermitianPacking:
     """Orthonormal bijection between ``N`` reals and an exactly Hermitian half-spectrum.
 
-    ``modes_from_real`` maps ``v`` (real, ``[..., n0, n1, n2]``, read as a flat
-    vector of ``N = n0 n1 n2`` numbers) to complex modes ``[..., n0, n1, n2//2+1]``:
+    ``modes_from_real`` maps ``v`` (real, ``[..., n0, n1, n2]``) to complex modes
+    ``[..., n0, n1, n2//2+1]``. Along the last axis ``v`` is laid out as
+    ``[plane0, re_1, im_1, re_2, im_2, ..., (nyquist)]``:
 
-    * a bin with ``w_k = 2`` gets :math:`Z_k = (v_a + i v_b)/\\sqrt 2`;
-    * a self-conjugate bin (``k = -k``; on a self-paired plane) gets :math:`Z_k = v_a`
-      (real);
-    * a conjugate pair ``(k, -k)`` inside a self-paired plane gets
-      :math:`Z_k = (v_a + i v_b)/\\sqrt 2` and :math:`Z_{-k} = \\overline{Z_k}`.
+    * a bin with ``w_k = 2`` (``0 < kz < n2/2``) gets
+      :math:`Z_k = (v_{2k_z - 1} + i v_{2k_z})/\sqrt 2` -- strided slices, no gather;
+    * the ``kz = 0`` plane is packed from column 0 and, for even ``n2``, the Nyquist
+      plane from column ``n2 - 1``: a self-conjugate bin (``k = -k``) gets
+      :math:`Z_k = v_a` (real), a conjugate pair ``(k, -k)`` gets
+      :math:`Z_k = (v_a + i v_b)/\sqrt 2` and :math:`Z_{-k} = \overline{Z_k}` (gathers
+      of plane size only).
 
     Hence a standard-normal ``v`` maps to complex white noise with
-    :math:`E|Z_k|^2 = 1` on every bin, :math:`\\sum_k w_k |Z_k|^2 = |v|^2`, and
+    :math:`E|Z_k|^2 = 1` on every bin, :math:`\sum_k w_k |Z_k|^2 = |v|^2`, and
     ``irfft3d(modes_from_real(v), norm="ortho")`` is an orthogonal map of
-    :math:`\\mathbb{R}^N`. Every real coordinate belongs to exactly one bin
+    :math:`\mathbb{R}^N`. Every real coordinate belongs to exactly one bin
     (``mode_of_real``), so a Fourier-diagonal metric is a *diagonal* metric on
     ``v`` and works with every HMC kernel.
 
     ``real_from_modes`` is the adjoint of ``modes_from_real`` under the weighted
-    inner product :math:`\\langle Y, Z\\rangle = \\sum_k w_k \\mathrm{Re}(\\bar Y_k Z_k)`:
+    inner product :math:`\langle Y, Z\rangle = \sum_k w_k \mathrm{Re}(\bar Y_k Z_k)`:
     the exact inverse on Hermitian input, the orthogonal projection onto the
     Hermitian subspace otherwise.
 
@@ -146,98 +203,61 @@ class HermitianPacking:
         self.grid_shape = tuple(int(n) for n in grid_shape)
         if not self.grid_shape or any(n < 1 for n in self.grid_shape):
             raise ValueError(f"grid_shape must be positive integers, got {grid_shape}")
-        self.modes_shape = (*self.grid_shape[:-1], self.grid_shape[-1] // 2 + 1)
-        self._build_tables()
+        n_last = self.grid_shape[-1]
+        self.modes_shape = (*self.grid_shape[:-1], n_last // 2 + 1)
+        self._plane_shape = self.grid_shape[:-1]
+        self._plane = _PlaneTables(self._plane_shape)
+        self._num_free = (n_last - 1) // 2  # bins with w = 2
+        self._has_nyquist = n_last % 2 == 0 and n_last > 1
+        self.mode_of_real = self._mode_of_real()
 
-    def _build_tables(self) -> None:
-        shape, mshape = self.grid_shape, self.modes_shape
-        n_last = shape[-1]
-        n_modes = math.prod(mshape)
-        idx = np.arange(n_modes).reshape(mshape)
-        kz = np.broadcast_to(np.arange(mshape[-1]), mshape)
-        plane = (kz == 0) | ((n_last % 2 == 0) & (kz == n_last // 2))
-        # Flat index of the conjugate partner -k (same kz; full axes negated).
-        neg = [(-np.arange(n)) % n for n in shape[:-1]]
-        partner = idx[np.ix_(*neg, np.arange(mshape[-1]))] if neg else idx
-        partner = np.where(plane, partner, idx)
-        self_conj = plane & (partner == idx)
-        is_rep = plane & (idx < partner)  # representative of a tied pair
-        is_free = ~plane  # w = 2
-
-        flat_partner = partner.reshape(-1)
-        self_conj, is_rep, is_free = (a.reshape(-1) for a in (self_conj, is_rep, is_free))
-        w = np.where(plane, 1.0, 2.0).reshape(-1)
-        r2 = 1.0 / math.sqrt(2.0)
-        # Each owner bin takes 1 (self-conjugate) or 2 (free / pair representative)
-        # consecutive reals; the partner of a representative takes none.
-        count = np.where(self_conj, 1, np.where(is_rep | is_free, 2, 0))
-        offset = np.cumsum(count) - count
-        if int(count.sum()) != math.prod(shape):
-            raise AssertionError(f"packing counts {count.sum()} reals for {shape}")
-        owner = np.where(count > 0, idx.reshape(-1), flat_partner)
-        src_re = offset[owner]
-        src_im = offset[owner] + 1
-        c_re = np.where(self_conj, 1.0, r2)
-        c_im = np.where(self_conj, 0.0, np.where(count > 0, r2, -r2))
-        src_im = np.where(self_conj, 0, src_im)
-        self._src_re, self._src_im = src_re.astype(np.int32), src_im.astype(np.int32)
-        self._c_re, self._c_im = c_re, c_im
-        self.mode_of_real = np.repeat(idx.reshape(-1), count)
-        # Adjoint tables: v_j = sum over the (at most two) bins that read v_j.
-        # Slot 0 is the owner bin, slot 1 the tied partner (coefficient 0 if none).
-        owners = np.repeat(idx.reshape(-1), count)
-        is_im = np.zeros(owners.shape, bool)
-        is_im[1:] = owners[1:] == owners[:-1]
-        partners = np.where(is_rep[owners], flat_partner[owners], owners)
-        coef0 = np.where(is_im, w[owners] * c_im[owners], w[owners] * c_re[owners])
-        coef1 = np.where(is_rep[owners], np.where(is_im, c_im[partners], c_re[partners]), 0.0)
-        self._adj = [
-            (owners.astype(np.int32), is_im, coef0),
-            (partners.astype(np.int32), is_im, coef1),
-        ]
-
-    def _tables(self, dtype: tf.DType) -> dict[str, tf.Tensor]:
-        # Built per call, never cached: a tensor cached while tracing one graph
-        # cannot be used from another.
-        t = {
-            "src_re": tf.constant(self._src_re),
-            "src_im": tf.constant(self._src_im),
-            "c_re": tf.constant(self._c_re, dtype),
-            "c_im": tf.constant(self._c_im, dtype),
-        }
-        for slot, (src, part, coef) in enumerate(self._adj):
-            t[f"adj_src{slot}"] = tf.constant(src)
-            t[f"adj_is_im{slot}"] = tf.constant(part)
-            t[f"adj_coef{slot}"] = tf.constant(coef, dtype)
-        return t
+    def _mode_of_real(self) -> np.ndarray:
+        """Flat half-spectrum bin index of every flat real coordinate of ``v``."""
+        n_last, m = self.grid_shape[-1], self.modes_shape[-1]
+        plane_size = math.prod(self._plane_shape)
+        rows = np.arange(plane_size)
+        out = np.empty((plane_size, n_last), np.int64)
+        owner = self._plane.owner_of_real
+        out[:, 0] = owner * m
+        cols = np.arange(1, 2 * self._num_free + 1)
+        out[:, cols] = rows[:, None] * m + (cols[None, :] + 1) // 2
+        if self._has_nyquist:
+            out[:, n_last - 1] = owner * m + (m - 1)
+        return out.reshape(-1)
 
     def modes_from_real(self, v: tf.Tensor) -> tf.Tensor:
         """Pack reals ``[..., *grid_shape]`` into Hermitian modes ``[..., *modes_shape]``."""
         v = tf.convert_to_tensor(v)
-        t = self._tables(v.dtype)
         nd = len(self.grid_shape)
         batch = tf.shape(v)[: tf.rank(v) - nd]
-        flat = tf.reshape(v, tf.concat([batch, [-1]], 0))
-        re = t["c_re"] * tf.gather(flat, t["src_re"], axis=-1)
-        im = t["c_im"] * tf.gather(flat, t["src_im"], axis=-1)
-        z = tf.complex(re, im)
+        x = tf.reshape(v, [-1, math.prod(self._plane_shape), self.grid_shape[-1]])
+        pieces = [self._plane.pack(x[..., 0])[..., None]]
+        k = self._num_free
+        if k:
+            pairs = tf.reshape(x[..., 1 : 2 * k + 1], [-1, x.shape[1], k, 2])
+            r2 = tf.constant(1.0 / math.sqrt(2.0), v.dtype)
+            pieces.append(tf.complex(pairs[..., 0] * r2, pairs[..., 1] * r2))
+        if self._has_nyquist:
+            pieces.append(self._plane.pack(x[..., -1])[..., None])
+        z = pieces[0] if len(pieces) == 1 else tf.concat(pieces, axis=-1)
         return tf.reshape(z, tf.concat([batch, self.modes_shape], 0))
 
     def real_from_modes(self, modes: tf.Tensor) -> tf.Tensor:
         """Unpack modes ``[..., *modes_shape]`` into reals ``[..., *grid_shape]``."""
         modes = tf.convert_to_tensor(modes)
-        t = self._tables(modes.dtype.real_dtype)
         nd = len(self.grid_shape)
         batch = tf.shape(modes)[: tf.rank(modes) - nd]
-        flat = tf.reshape(modes, tf.concat([batch, [-1]], 0))
-        re, im = tf.math.real(flat), tf.math.imag(flat)
-        v = 0.0
-        for slot in range(2):
-            src = t[f"adj_src{slot}"]
-            part = tf.where(
-                t[f"adj_is_im{slot}"], tf.gather(im, src, axis=-1), tf.gather(re, src, axis=-1)
-            )
-            v = v + t[f"adj_coef{slot}"] * part
+        z = tf.reshape(modes, [-1, math.prod(self._plane_shape), self.modes_shape[-1]])
+        pieces = [self._plane.unpack(z[..., 0])[..., None]]
+        k = self._num_free
+        if k:
+            free = z[..., 1 : k + 1]
+            s2 = tf.constant(math.sqrt(2.0), free.dtype.real_dtype)
+            pairs = tf.stack([tf.math.real(free) * s2, tf.math.imag(free) * s2], axis=-1)
+            pieces.append(tf.reshape(pairs, [-1, z.shape[1], 2 * k]))
+        if self._has_nyquist:
+            pieces.append(self._plane.unpack(z[..., -1])[..., None])
+        v = pieces[0] if len(pieces) == 1 else tf.concat(pieces, axis=-1)
         return tf.reshape(v, tf.concat([batch, self.grid_shape], 0))
 
 
