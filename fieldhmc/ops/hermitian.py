@@ -174,22 +174,22 @@ class HermitianPacking:
     ``[plane0, re_1, im_1, re_2, im_2, ..., (nyquist)]``:
 
     * a bin with ``w_k = 2`` (``0 < kz < n2/2``) gets
-      :math:`Z_k = (v_{2k_z - 1} + i v_{2k_z})/\sqrt 2` -- strided slices, no gather;
+      :math:`Z_k = (v_{2k_z - 1} + i v_{2k_z})/\\sqrt 2` -- strided slices, no gather;
     * the ``kz = 0`` plane is packed from column 0 and, for even ``n2``, the Nyquist
       plane from column ``n2 - 1``: a self-conjugate bin (``k = -k``) gets
       :math:`Z_k = v_a` (real), a conjugate pair ``(k, -k)`` gets
-      :math:`Z_k = (v_a + i v_b)/\sqrt 2` and :math:`Z_{-k} = \overline{Z_k}` (gathers
+      :math:`Z_k = (v_a + i v_b)/\\sqrt 2` and :math:`Z_{-k} = \\overline{Z_k}` (gathers
       of plane size only).
 
     Hence a standard-normal ``v`` maps to complex white noise with
-    :math:`E|Z_k|^2 = 1` on every bin, :math:`\sum_k w_k |Z_k|^2 = |v|^2`, and
+    :math:`E|Z_k|^2 = 1` on every bin, :math:`\\sum_k w_k |Z_k|^2 = |v|^2`, and
     ``irfft3d(modes_from_real(v), norm="ortho")`` is an orthogonal map of
-    :math:`\mathbb{R}^N`. Every real coordinate belongs to exactly one bin
+    :math:`\\mathbb{R}^N`. Every real coordinate belongs to exactly one bin
     (``mode_of_real``), so a Fourier-diagonal metric is a *diagonal* metric on
     ``v`` and works with every HMC kernel.
 
     ``real_from_modes`` is the adjoint of ``modes_from_real`` under the weighted
-    inner product :math:`\langle Y, Z\rangle = \sum_k w_k \mathrm{Re}(\bar Y_k Z_k)`:
+    inner product :math:`\\langle Y, Z\rangle = \\sum_k w_k \\mathrm{Re}(\bar Y_k Z_k)`:
     the exact inverse on Hermitian input, the orthogonal projection onto the
     Hermitian subspace otherwise.
 
