@@ -189,7 +189,7 @@ class HermitianPacking:
     ``v`` and works with every HMC kernel.
 
     ``real_from_modes`` is the adjoint of ``modes_from_real`` under the weighted
-    inner product :math:`\\langle Y, Z\rangle = \\sum_k w_k \\mathrm{Re}(\bar Y_k Z_k)`:
+    inner product :math:`\\langle Y, Z\\rangle = \\sum_k w_k \\mathrm{Re}(\\bar Y_k Z_k)`:
     the exact inverse on Hermitian input, the orthogonal projection onto the
     Hermitian subspace otherwise.
 

@@ -177,7 +177,8 @@ class _Checkpoints(NamedTuple):
     """Leaf records needed by pending U-turn checks, ``2 * max_tree_depth`` slots.
 
     Leaf ``i`` of a subtree records :math:`p^\\sharp_i`, the subtree's momentum
-    sum before it, :math:`\\rho_{<i} = \\sum_{l < i} p_l`, and their dot product.
+    sum before it, :math:`\\rho_{<i} = \\sum_{l < i} p_l`, and their dot product
+    (and :math:`M^{-1} \\rho_{<i}` for a non-identity metric).
     An even leaf ``s`` (a possible left end of a subtree) is kept until the
     largest subtree starting at it completes, at ``s + 2**tz(s) - 1``
     (``tz``: number of trailing zero bits); it goes to slot ``tz(s)`` (``0`` for
@@ -189,6 +190,7 @@ class _Checkpoints(NamedTuple):
 
     p_sharp: list
     rho_before: list
+    rho_sharp_before: list  # M^-1 rho_{<i}; empty for the identity metric
     dot: tf.Tensor
 
 
@@ -265,6 +267,33 @@ def _dot(a: Sequence[tf.Tensor], b: Sequence[tf.Tensor], batch_ndims: int) -> tf
         d = tf.reduce_sum(u * v, axis=list(range(batch_ndims, u.shape.rank)))
         total = d if total is None else total + d
     return total
+
+
+def _flatten_event(x: tf.Tensor, batch_ndims: int, extra: int = 0) -> tf.Tensor:
+    """Reshape ``B + extra dims + E`` to ``B + extra dims + [prod(E)]``."""
+    keep = batch_ndims + extra
+    return tf.reshape(x, tf.concat([tf.shape(x)[:keep], [-1]], 0))
+
+
+def _pair(a: Sequence[tf.Tensor], b: Sequence[tf.Tensor], batch_ndims: int) -> list:
+    """Stack two chain-batched structures per part into ``B + [2, prod(E)]``."""
+    return [
+        _flatten_event(tf.stack([u, v], axis=batch_ndims), batch_ndims, 1)
+        for u, v in zip(a, b, strict=True)
+    ]
+
+
+def _pair_dot(pair: Sequence[tf.Tensor], w: Sequence[tf.Tensor], batch_ndims: int) -> tuple:
+    """``(<a, w>, <b, w>)`` per chain for ``pair = _pair(a, b)``.
+
+    One batched matrix-vector product per part: on XLA:CPU this is several times
+    faster than two ``reduce_sum(u * w)``, which materialise the product.
+    """
+    total = None
+    for u, v in zip(pair, w, strict=True):
+        d = tf.linalg.matvec(u, _flatten_event(v, batch_ndims))
+        total = d if total is None else total + d
+    return total[..., 0], total[..., 1]
 
 
 def _add(a: Sequence[tf.Tensor], b: Sequence[tf.Tensor]) -> list:
@@ -407,6 +436,10 @@ class _Metric:
         flat = tf.concat([self._flat(p) for p in parts], axis=-1)
         out = tf.split(fn(flat), self._event_sizes, axis=-1)
         return [self._unflat(o, k) for k, o in enumerate(out)]
+
+    @property
+    def is_identity(self) -> bool:
+        return self._joint is None and all(entry is None for entry in self._parts)
 
     def sharp(self, p: Sequence[tf.Tensor]) -> list:
         r""":math:`p^\sharp = M^{-1} p`."""
@@ -697,6 +730,7 @@ class StanNUTS(tfp.mcmc.TransitionKernel):
             checkpoints = _Checkpoints(
                 p_sharp=[_slots(x) for x in x0],
                 rho_before=[_slots(x) for x in x0],
+                rho_sharp_before=[] if metric.is_identity else [_slots(x) for x in x0],
                 dot=_slots(logp0),
             )
 
@@ -893,16 +927,25 @@ class StanNUTS(tfp.mcmc.TransitionKernel):
         accept_seed, next_seed = tfp.random.split_seed(st.seed)
         active = is_building & st.is_valid
         prev = st.end
-        # Record rho_{<i} first, so that the running sum can then be updated in place.
+        # Record rho_{<i} first, so that the running sum can then be updated in place
+        # (it is read back from the record below).
         slot = self._record_slot(i)
         rho_recorded = st.checkpoints._replace(
-            rho_before=_write_slot(st.checkpoints.rho_before, slot, st.rho)
+            rho_before=_write_slot(st.checkpoints.rho_before, slot, st.rho),
+            rho_sharp_before=(
+                []
+                if metric.is_identity
+                else _write_slot(st.checkpoints.rho_sharp_before, slot, metric.sharp(st.rho))
+            ),
         )
         new = self._leapfrog(
             ctx, prev, tf.where(active, chain_step, tf.zeros_like(chain_step)), is_list
         )
         p_sharp = metric.sharp(new.p)
-        twice_kinetic = _dot(new.p, p_sharp, b)
+        # (rho_i, p_i) side by side: each check below is then two batched mat-vecs.
+        rho = _add(_gather_slot(rho_recorded.rho_before, slot), new.p)
+        current = _pair(rho, new.p, b)
+        dot_end, twice_kinetic = _pair_dot(current, p_sharp, b)  # p#_i.rho_i, p#_i.p_i
         energy = -new.logp + 0.5 * twice_kinetic
         energy = tf.where(tf.math.is_nan(energy), tf.constant(np.inf, energy.dtype), energy)
         log_weight = ctx.energy0 - energy
@@ -923,9 +966,6 @@ class StanNUTS(tfp.mcmc.TransitionKernel):
         sum_metro_prob = st.sum_metro_prob + tf.where(active, metro, tf.zeros_like(metro))
         num_leapfrog_steps = st.num_leapfrog_steps + tf.cast(active, tf.int32)
 
-        # (read back from the record: the old running sum is then dead, updated in place)
-        rho = _add(_gather_slot(rho_recorded.rho_before, slot), new.p)
-        dot_end = _dot(p_sharp, rho, b)  # p#_i . rho_i, shared by all checks at this leaf
         # p#_i . rho_{<i}, recorded for later checks against this leaf
         dot_before = dot_end - twice_kinetic
 
@@ -935,7 +975,7 @@ class StanNUTS(tfp.mcmc.TransitionKernel):
             turned = tf.zeros_like(active)
         else:
             checkpoints, pending_failure, turned = self._check_leaf(
-                i, rho_recorded, st.pending_failure, active, p_sharp, rho, dot_end, b
+                i, rho_recorded, st.pending_failure, active, current, dot_end, b
             )
         checkpoints = checkpoints._replace(
             p_sharp=_write_slot(checkpoints.p_sharp, slot, p_sharp),
@@ -977,8 +1017,7 @@ class StanNUTS(tfp.mcmc.TransitionKernel):
         checkpoints: _Checkpoints,
         pending_failure: tf.Tensor,
         active: tf.Tensor,
-        p_sharp: list,
-        rho: list,
+        current: list,
         dot_end: tf.Tensor,
         b: int,
     ) -> tuple[_Checkpoints, tf.Tensor, tf.Tensor]:
@@ -1031,10 +1070,12 @@ class StanNUTS(tfp.mcmc.TransitionKernel):
 
         def body(j, ok, pending, checkpoints):
             slot = slot_of(j)
-            ps_s = _gather_slot(checkpoints.p_sharp, slot)
-            rho_s = _gather_slot(checkpoints.rho_before, slot)
-            passed = (_dot(ps_s, rho, b) - tf.gather(checkpoints.dot, slot) > 0) & (
-                dot_end - _dot(p_sharp, rho_s, b) > 0
+            # p#_s . rho_i and p#_i . rho_{<s} = p_i . (M^-1 rho_{<s})
+            ps_dot_rho, _ = _pair_dot(current, _gather_slot(checkpoints.p_sharp, slot), b)
+            rho_sharp_s = checkpoints.rho_sharp_before or checkpoints.rho_before
+            _, ps_dot_rho_s = _pair_dot(current, _gather_slot(rho_sharp_s, slot), b)
+            passed = (ps_dot_rho - tf.gather(checkpoints.dot, slot) > 0) & (
+                dot_end - ps_dot_rho_s > 0
             )
             ok = tf.where(is_odd, ok & passed, ok)
             pending = tf.where(
