@@ -196,6 +196,8 @@ class _RunState:
     num_draws_written: int = 0
     num_fields_written: int = 0
     gradient_evaluations: int = 0
+    sampling_seconds: float = 0.0  # this process only (not checkpointed)
+    sampling_gradients: int = 0
 
 
 class Sampler:
@@ -576,6 +578,7 @@ class Sampler:
             new_ref = self._lp64([tf.constant(p) for p in rs.x]).numpy()
             rs.results = shift_target_log_prob(rs.results, tf.constant(rs.reference - new_ref))
             rs.reference = new_ref
+            chunk_start = time.perf_counter()
             out = self._chunk(
                 self._to_u(rs.x, rs.scales),
                 rs.results,
@@ -590,6 +593,9 @@ class Sampler:
             u, results, bufs, field_buf, nfields, fw, lw = out
             n = stop - rs.step
             traces = {name: buf.numpy()[:n] for name, buf in bufs.items()}
+            if rs.step >= s.num_burnin_steps:  # compute time of pure sampling chunks
+                rs.sampling_seconds += time.perf_counter() - chunk_start
+                rs.sampling_gradients += int(traces["n_steps"][:, 0].sum())
             rs.gradient_evaluations += int(traces["n_steps"][:, 0].sum())
             self._emit(sink, rs, traces, field_buf, int(nfields), stop)
             rs.x = [
@@ -635,6 +641,8 @@ class Sampler:
             "field_var": field_var,
             "latent_state": rs.x,
             "num_draws": rs.num_draws_written,
+            "sampling_seconds": rs.sampling_seconds,
+            "sampling_gradient_evaluations": rs.sampling_gradients,
         }
 
 
