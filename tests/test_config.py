@@ -114,7 +114,8 @@ def test_quickstart_is_small() -> None:
     assert config.sampler.kind == "hmc"
     assert config.sampler.preconditioner == "posterior"
     assert config.sampler.num_chains == 4
-    assert config.sampler.num_burnin_steps + config.sampler.num_results <= 400
+    # 550 jittered-HMC iterations of 32³ x 4 chains take ~45 s on 2 cores.
+    assert config.sampler.num_burnin_steps + config.sampler.num_results <= 600
     assert config.outputs.directory.parts[-2:] == ("runs", "quickstart")
 
 

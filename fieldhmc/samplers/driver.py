@@ -95,8 +95,13 @@ class SamplerSettings:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_burnin_steps < 0:
             raise ValueError(f"num_burnin_steps must be >= 0, got {self.num_burnin_steps}")
-        if self.kind == "chees" and self.num_chains < 2:
-            raise ValueError("chees adapts across chains: num_chains must be >= 2")
+        if self.kind in ("chees", "snaper") and self.num_chains < 2:
+            raise ValueError(f"{self.kind} adapts across chains: num_chains must be >= 2")
+        if self.kind in ("chees", "snaper") and self.adapt_diagonal:
+            raise ValueError(
+                f"the windowed diagonal preconditioner does not combine with {self.kind}'s own"
+                " adaptation: use the identity, prior or posterior preconditioner"
+            )
 
     @property
     def num_steps(self) -> int:
@@ -511,10 +516,6 @@ class Sampler:
         )
         remaining = self.settings.num_burnin_steps - rs.step
         results = results._replace(num_adaptation_steps=tf.constant(remaining, tf.int32))
-        if self.settings.kind == "chees":
-            results = results._replace(
-                inner_results=results.inner_results._replace(step=tf.constant(rs.step, tf.int32))
-            )
         rs.results = results
         rs.latent_welford = _zero_welford([p.shape[1:] for p in rs.x])
 

@@ -31,7 +31,7 @@ __all__ = [
     "whiten",
 ]
 
-KINDS = ("hmc", "nuts", "fieldnuts", "chees")
+KINDS = ("hmc", "nuts", "fieldnuts", "chees", "snaper")
 NUTS_KINDS = ("nuts", "fieldnuts")
 MAX_ENERGY_ERROR = 1000.0  # Stan's divergence threshold on the energy error
 
@@ -122,7 +122,8 @@ def build_kernel(
         ``hmc``: TFP HMC (fixed or jittered length). ``nuts``: TFP's NUTS (which
         has the pre-2019 U-turn check, see issue #7). ``fieldnuts``: our NUTS with
         Stan's corrected criterion. ``chees``: TFP's ChEES trajectory-length
-        adaptation around HMC (needs several chains).
+        adaptation around HMC; ``snaper``: TFP's SNAPER-HMC (trajectory length and a
+        diagonal mass matrix adapted across chains). The last two need >= 2 chains.
     target_log_prob_fn : callable
         Whitened target (:func:`whiten`).
     step_size : float or Tensor
@@ -155,6 +156,13 @@ def build_kernel(
             step_size=step_size,
             max_tree_depth=max_tree_depth,
             step_size_jitter=step_size_jitter,
+        )
+    elif kind == "snaper":
+        inner = tfp.experimental.mcmc.SNAPERHamiltonianMonteCarlo(
+            target_log_prob_fn,
+            step_size=step_size,
+            num_adaptation_steps=num_adaptation_steps,
+            num_mala_steps=min(100, num_adaptation_steps // 4),
         )
     else:  # chees
         inner = tfp.mcmc.HamiltonianMonteCarlo(
@@ -229,7 +237,7 @@ def step_stats(kind: str, results, previous_target_log_prob: tf.Tensor) -> StepS
             n_steps=tf.broadcast_to(n_steps, [chains]),
             tree_depth=tf.broadcast_to(depth, [chains]),
         )
-    mh = inner.inner_results if kind == "chees" else inner
+    mh = _metropolis_results(results)
     lp = mh.accepted_results.target_log_prob
     chains = tf.shape(lp)[0]
     lar = mh.log_accept_ratio
@@ -257,8 +265,14 @@ def target_log_prob_of(kind: str, results) -> tf.Tensor:
     inner = results.inner_results
     if kind in NUTS_KINDS:
         return inner.target_log_prob
-    mh = inner.inner_results if kind == "chees" else inner
-    return mh.accepted_results.target_log_prob
+    return _metropolis_results(results).accepted_results.target_log_prob
+
+
+def _metropolis_results(results):
+    """The Metropolis-Hastings results nested inside wrapper results (HMC kinds)."""
+    while not hasattr(results, "accepted_results"):
+        results = results.inner_results
+    return results
 
 
 def shift_target_log_prob(results, delta: tf.Tensor):
