@@ -2,7 +2,10 @@
 
 Run: ``make bench`` or ``.venv/bin/python benchmarks/ops.py [--sizes 64 128]``.
 Prints ratios measured in one process (targets: forward <= 1.05, value+grad
-<= 1.15); times are medians of repeated calls under ``tf.function(jit_compile=True)``.
+<= 1.15); times are medians of repeated calls under ``tf.function(jit_compile=True)``,
+timed round-robin. "same fwd HLO" compares the optimised XLA programs of our forward
+and raw TF's: when True they are the same ops, and a forward ratio away from 1 is
+timing noise of the shared machine.
 """
 
 from __future__ import annotations
@@ -57,7 +60,16 @@ def bench(n: int, repeats: int) -> dict[str, float]:
             loss = tf.reduce_sum(tf.math.real(tf.signal.ifft3d(zfull)) * g)
         return loss, tape.gradient(loss, zfull)
 
-    return median_seconds(
+    def hlo_ops(fn, *args):
+        text = fn.experimental_get_compiler_ir(*args)(stage="optimized_hlo")
+        return sorted(
+            line.split("=", 1)[1].split("(")[0].strip()
+            for line in text.splitlines()
+            if " = " in line and "ROOT" not in line
+        )
+
+    same_forward = hlo_ops(ours_fwd, z) == hlo_ops(raw_fwd, z)
+    times = median_seconds(
         {
             "fwd_ours": lambda: _block(ours_fwd(z)),
             "fwd_raw": lambda: _block(raw_fwd(z)),
@@ -67,6 +79,8 @@ def bench(n: int, repeats: int) -> dict[str, float]:
         },
         repeats,
     )
+    times["same_forward_hlo"] = same_forward
+    return times
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"{'grid':>6} | {'fwd ours ms':>11} {'fwd raw ms':>10} {'ratio':>6} (<=1.05) | "
         f"{'v+g ours ms':>11} {'raw pair ms':>11} {'ratio':>6} (<=1.15) | "
-        f"{'complex ms':>10} {'complex/ours':>12}"
+        f"{'complex ms':>10} {'complex/ours':>12} | same fwd HLO"
     )
     print(header)
     print("-" * len(header))
@@ -89,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{t['fwd_ours'] / t['fwd_raw']:>6.3f}          | "
             f"{1e3 * t['vg_ours']:>11.2f} {1e3 * t['vg_raw']:>11.2f} "
             f"{t['vg_ours'] / t['vg_raw']:>6.3f}          | "
-            f"{1e3 * t['vg_complex']:>10.2f} {t['vg_complex'] / t['vg_ours']:>12.2f}"
+            f"{1e3 * t['vg_complex']:>10.2f} {t['vg_complex'] / t['vg_ours']:>12.2f} | "
+            f"{t['same_forward_hlo']}"
         )
     return 0
 

@@ -790,6 +790,11 @@ class OutputsConfig(BaseModel):
     tracked_modes: int = _count(
         8, "Number of individual Fourier modes whose full traces are kept (>= 0).", ge=0
     )
+    tensorboard: bool = Field(
+        False, strict=True,
+        description="Also write per-chunk TensorBoard scalars (acceptance, step size, "
+        "divergences, leapfrogs, log prob) to <run>/tensorboard.",
+    )
 
     @field_validator("directory", mode="before")
     @classmethod

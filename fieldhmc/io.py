@@ -14,6 +14,7 @@ A run directory::
     report.txt         the printed diagnostics table
     plots/*.png
     checkpoint/        sampler state after the last chunk (resume reads it)
+    tensorboard/       per-chunk scalars, when outputs.tensorboard is true
 
 Every file is written to a temporary name in its directory and renamed into place,
 so an interrupted write never leaves a half-written file behind. ``samples.nc`` and
@@ -51,6 +52,7 @@ OWNED_NAMES = (
     "report.txt",
     "plots",
     "checkpoint",
+    "tensorboard",
 )
 
 

@@ -308,7 +308,14 @@ def _sample(
         ]
     if progress is None:
         progress = _chatty()
-    summary = sampler.run(sink, run.checkpoint, init, resume=resume_run, progress=progress)
+    summary = sampler.run(
+        sink,
+        run.checkpoint,
+        init,
+        resume=resume_run,
+        progress=progress,
+        tensorboard_dir=run.root / "tensorboard" if config.outputs.tensorboard else None,
+    )
     if summary["field_mean"] is not None:
         if not config.outputs.store_fields:
             sink = H5TraceSink(run.traces, run.fields)

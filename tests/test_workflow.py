@@ -183,3 +183,10 @@ def test_nan_in_data_file_is_a_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nan" in err[0].lower()
     assert not out.exists()
+
+
+def test_tensorboard_scalars_are_written(tmp_path):
+    out = tmp_path / "run"
+    assert _run(ROOT / "configs" / "quickstart.yaml", out, "outputs.tensorboard=true") == 0
+    events = list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 100

@@ -528,6 +528,7 @@ class Sampler:
         resume: bool = False,
         progress: bool = True,
         max_chunks: int | None = None,
+        tensorboard_dir: Path | None = None,
     ) -> dict:
         """Run (or resume) warm-up and sampling.
 
@@ -541,6 +542,8 @@ class Sampler:
             ``[chains, ...]`` per part; required unless ``resume``.
         max_chunks : int, optional
             Stop after this many chunks (tests use it to simulate a kill).
+        tensorboard_dir : Path, optional
+            Also write the progress figures as TensorBoard scalars after every chunk.
 
         Returns
         -------
@@ -563,6 +566,16 @@ class Sampler:
         dtype = tf.as_dtype(rs.x[0].dtype)
         seed = tf.constant(stateless_seed(s.seed))
         bar = _progress_bar(progress, s.num_steps, rs.step)
+        writer = None
+        if tensorboard_dir is not None:
+            try:
+                import tensorboard  # noqa: F401  (tf.summary.scalar needs it)
+            except ImportError as exc:
+                raise ValueError(
+                    "outputs.tensorboard needs the tensorboard package: "
+                    "pip install 'fieldhmc[tensorboard]'"
+                ) from exc
+            writer = tf.summary.create_file_writer(str(tensorboard_dir))
         chunks_done = 0
         t0 = time.perf_counter()
         while rs.step < s.num_steps:
@@ -609,7 +622,14 @@ class Sampler:
             rs.step = stop
             self._checkpoint(checkpoint_dir, rs)
             chunks_done += 1
-            _report(bar, traces, n, rs, s, t0)
+            msg = _report(bar, traces, n, rs, s, t0)
+            if writer is not None:
+                with writer.as_default(step=rs.step):
+                    for name, value in msg.items():
+                        if name != "phase":
+                            tf.summary.scalar(name, value)
+                    tf.summary.scalar("lp", float(np.mean(traces["lp"][-1])))
+                writer.flush()
         if bar is not None:
             bar.close()
         return self._summary(rs)
@@ -685,9 +705,10 @@ def _report(bar, traces, n, rs, s, t0):
         "accept": float(np.mean(traces["acceptance_rate"])),
         "step": float(np.mean(traces["step_size"][-1])),
         "div": int(np.sum(traces["diverging"])),
-        "leapfrog/it": float(np.mean(traces["n_steps"])),
+        "leapfrog_per_it": float(np.mean(traces["n_steps"])),
     }
     if bar is not None:
         bar.set_postfix({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in msg.items()})
         bar.update(n)
     _log.info("step %d/%d %s (%.1fs)", rs.step, s.num_steps, msg, time.perf_counter() - t0)
+    return msg
