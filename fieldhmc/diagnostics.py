@@ -801,7 +801,9 @@ def _suggest_target(target: float) -> float:
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
 
 
 def sampler_health(

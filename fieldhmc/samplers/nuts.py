@@ -859,16 +859,14 @@ class StanNUTS(tfp.mcmc.TransitionKernel):
         ps_junction = metric.sharp(junction.p)
         ps_end = metric.sharp(subtree.end.p)
         ps_first = metric.sharp(first_p)
-        rho_old_ext = _add(trajectory.rho, first_p)
-        rho_new_ext = _add(subtree.rho, junction.p)
-        persist = (
-            (_dot(ps_far, rho, b) > 0)
-            & (_dot(ps_end, rho, b) > 0)
-            & (_dot(ps_far, rho_old_ext, b) > 0)
-            & (_dot(ps_first, rho_old_ext, b) > 0)
-            & (_dot(ps_junction, rho_new_ext, b) > 0)
-            & (_dot(ps_end, rho_new_ext, b) > 0)
-        )
+        persist = tf.ones_like(merged)
+        for ends, span in [
+            ((ps_far, ps_end), rho),
+            ((ps_far, ps_first), _add(trajectory.rho, first_p)),
+            ((ps_junction, ps_end), _add(subtree.rho, junction.p)),
+        ]:
+            dot_a, dot_b = _pair_dot(_pair(*ends, b), span, b)
+            persist &= (dot_a > 0) & (dot_b > 0)
 
         new_trajectory = _Trajectory(
             fwd=_select(merged & forward, subtree.end, trajectory.fwd),
@@ -974,7 +972,13 @@ class StanNUTS(tfp.mcmc.TransitionKernel):
             )
         )
         take = active & (log_u < log_weight - log_sum_weight)
-        sample = _select_if_any(take, _Sample(new.x, new.g, new.logp, energy), st.sample)
+        new_sample = _Sample(new.x, new.g, new.logp, energy)
+        if isinstance(i, int):
+            # Leaf 0 is always drawn (a zero-weight leaf 0 is a divergence, and the
+            # subtree is then discarded anyway).
+            sample = new_sample
+        else:
+            sample = _select_if_any(take, new_sample, st.sample)
         metro = tf.exp(tf.minimum(log_weight, 0.0))
         sum_metro_prob = st.sum_metro_prob + tf.where(active, metro, tf.zeros_like(metro))
         num_leapfrog_steps = st.num_leapfrog_steps + tf.cast(active, tf.int32)
