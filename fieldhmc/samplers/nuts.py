@@ -107,7 +107,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-__all__ = ["StanNUTS", "StanNUTSResults"]
+__all__ = ["NoUTurnSampler", "StanNUTS", "StanNUTSResults"]
 
 _NO_PENDING_FAILURE = np.iinfo(np.int32).max
 # Philox explicitly: XLA:CPU's default ("auto_select") normal sampler is ~100x slower.
@@ -1106,3 +1106,8 @@ class StanNUTS(tfp.mcmc.TransitionKernel):
             (tf.zeros([], tf.int32), tf.ones_like(active), pending_failure, checkpoints),
         )
         return checkpoints, pending, ~ok | (pending <= i)
+
+
+#: The same kernel under TFP's name, in this module's namespace (used by
+#: `fieldhmc.samplers.kernels.build_kernel` for ``kind="fieldnuts"``).
+NoUTurnSampler = StanNUTS
