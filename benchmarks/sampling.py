@@ -34,33 +34,19 @@ from fieldhmc.diagnostics import ess_bulk  # noqa: E402
 from fieldhmc.samplers import (  # noqa: E402
     KINDS,
     FieldOutputs,
+    MemorySink,
     Sampler,
     SamplerSettings,
     stateless_seed,
 )
 
 
-class _Keep:
-    """Keeps the latent draws (needed for the ESS of every mode) in memory."""
-
-    def __init__(self):
-        self.fields = []
-
-    def truncate(self, *_):
-        pass
-
-    def append(self, traces):
-        pass
-
-    def append_fields(self, fields):
-        self.fields.append(fields)
-
-
 def build(n: int, masked: bool):
     grid = models.Grid((n, n, n), 100.0 * n / 32)
     mask = models.make_mask(grid, "slab", 0.2, seed=1) if masked else None
-    model = models.GaussianFieldModel(grid, models.PowerLaw(1000.0, -1.5, 0.1), sigma=2.0,
-                                      mask=mask)
+    model = models.GaussianFieldModel(
+        grid, models.PowerLaw(1000.0, -1.5, 0.1), sigma=2.0, mask=mask
+    )
     data = np.asarray(model.sample(seed=stateless_seed(3))["data"])
     return model, data
 
@@ -84,35 +70,57 @@ def standalone_ms_per_gradient(model, data, chains: int, repeats: int = 20) -> f
     return 1e3 * (time.perf_counter() - t0) / repeats
 
 
-def run_one(model, data, kind, preconditioner, args, step_size=None, burnin=None,
-            results=None, keep_fields=True):
+def run_one(
+    model,
+    data,
+    kind,
+    preconditioner,
+    args,
+    step_size=None,
+    burnin=None,
+    results=None,
+    keep_fields=True,
+):
     chains = args.chains
     settings = SamplerSettings(
-        kind=kind, num_chains=chains, num_burnin_steps=args.burnin if burnin is None else burnin,
-        num_results=results or args.results, num_leapfrog_steps=16, jitter_leapfrog=True,
-        max_tree_depth=10, step_size=step_size or 0.1, chunk_size=50, field_thin=1, seed=5,
+        kind=kind,
+        num_chains=chains,
+        num_burnin_steps=args.burnin if burnin is None else burnin,
+        num_results=results or args.results,
+        num_leapfrog_steps=16,
+        jitter_leapfrog=True,
+        max_tree_depth=10,
+        step_size=step_size or 0.1,
+        chunk_size=50,
+        field_thin=1,
+        seed=5,
     )
     scales = [np.ones(model.grid.grid_shape, np.float32)]
     if preconditioner == "posterior":
         scales = [(1.0 / np.sqrt(model.posterior_precision_diag(data))).astype(np.float32)]
-    outputs = FieldOutputs(field_fn=lambda v: v, store_fields=keep_fields,
-                           power_fn=lambda v: tf.zeros([tf.shape(v)[0], 1], v.dtype))
+    outputs = FieldOutputs(
+        field_fn=lambda v: v,
+        store_fields=keep_fields,
+        power_fn=lambda v: tf.zeros([tf.shape(v)[0], 1], v.dtype),
+    )
     sampler = Sampler(model.target_log_prob_fn(data), settings, ["field"], scales, outputs)
     init = [np.asarray(model.init_latents("prior", chains, seed=stateless_seed(1))[0])]
-    sink = _Keep()
+    sink = MemorySink()
     with tempfile.TemporaryDirectory() as d:
         summary = sampler.run(sink, Path(d), init, progress=False)
+    batched = max(summary["sampling_batched_gradients"], 1)
     out = {
-        "ms_per_grad": 1e3 * summary["sampling_seconds"]
-        / max(summary["sampling_gradient_evaluations"], 1),
-        "leapfrogs": summary["sampling_gradient_evaluations"] / settings.num_results,
+        "ms_per_grad": 1e3 * summary["sampling_seconds"] / batched,
+        "leapfrogs": batched / settings.num_results,
     }
     if keep_fields:
-        draws = np.concatenate(sink.fields)  # draw, chain, ...
+        draws = sink.stacked_fields()  # draw, chain, ...
         post = np.moveaxis(draws, 0, 1).reshape(chains, draws.shape[0], -1)
         ess = ess_bulk(post)
         out["min_ess"] = float(np.min(ess))
-        out["grads_per_ess"] = summary["sampling_gradient_evaluations"] / out["min_ess"]
+        # Gradient evaluations of all chains (post warm-up) per effective sample.
+        grads = sum(int(t["n_steps"].sum()) for t in sink.traces)
+        out["grads_per_ess"] = grads / out["min_ess"]
     return out
 
 
@@ -124,15 +132,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=int, default=200)
     parser.add_argument("--kinds", nargs="+", default=[k for k in KINDS])
     args = parser.parse_args(argv)
-    print(f"{args.n}³ Gaussian model, {args.chains} chains, {args.burnin} warm-up + "
-          f"{args.results} draws, float32, XLA; TF {tf.__version__}")
-    header = (f"{'mask':>8} {'kernel':>9} {'metric':>9} | {'ms/grad':>7} {'ratio':>6} "
-              f"{'leapfrog/it':>11} {'min ESS':>8} {'grads/ESS':>9}")
+    print(
+        f"{args.n}³ Gaussian model, {args.chains} chains, {args.burnin} warm-up + "
+        f"{args.results} draws, float32, XLA; TF {tf.__version__}"
+    )
+    header = (
+        f"{'mask':>8} {'kernel':>9} {'metric':>9} | {'ms/grad':>7} {'ratio':>6} "
+        f"{'leapfrog/it':>11} {'min ESS':>8} {'grads/ESS':>9}"
+    )
     for masked in (False, True):
         model, data = build(args.n, masked)
         base = standalone_ms_per_gradient(model, data, args.chains)
-        print(f"\nstandalone value+grad ({'masked 20%' if masked else 'unmasked'}): "
-              f"{base:.2f} ms per batch of {args.chains} chains")
+        print(
+            f"\nstandalone value+grad ({'masked 20%' if masked else 'unmasked'}): "
+            f"{base:.2f} ms per batch of {args.chains} chains"
+        )
         print(header)
         print("-" * len(header))
         combos = [(k, "posterior") for k in args.kinds] + [("hmc", "identity")]
@@ -140,10 +154,12 @@ def main(argv: list[str] | None = None) -> int:
             combos = [c for c in combos if c[0] in ("hmc", "fieldnuts")]
         for kind, metric in combos:
             r = run_one(model, data, kind, metric, args)
-            print(f"{'20% slab' if masked else 'none':>8} {kind:>9} {metric:>9} | "
-                  f"{r['ms_per_grad']:>7.2f} {r['ms_per_grad'] / base:>6.2f} "
-                  f"{r['leapfrogs']:>11.1f} {r['min_ess']:>8.0f} {r['grads_per_ess']:>9.1f}",
-                  flush=True)
+            print(
+                f"{'20% slab' if masked else 'none':>8} {kind:>9} {metric:>9} | "
+                f"{r['ms_per_grad']:>7.2f} {r['ms_per_grad'] / base:>6.2f} "
+                f"{r['leapfrogs']:>11.1f} {r['min_ess']:>8.0f} {r['grads_per_ess']:>9.1f}",
+                flush=True,
+            )
     # TFP NUTS resonance on the whitened (posterior-metric) field posterior.
     model, data = build(args.n, False)
     print("\nmean leapfrogs per iteration at a fixed step size, whitened unmasked posterior")
@@ -152,8 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     for kind in [k for k in ("nuts", "fieldnuts") if k in args.kinds]:
         row = []
         for eps in steps:
-            r = run_one(model, data, kind, "posterior", args, step_size=eps, burnin=0,
-                        results=20, keep_fields=False)
+            r = run_one(
+                model,
+                data,
+                kind,
+                "posterior",
+                args,
+                step_size=eps,
+                burnin=0,
+                results=20,
+                keep_fields=False,
+            )
             row.append(r["leapfrogs"])
         print(f"{kind:>9} | " + " ".join(f"{v:>6.0f}" for v in row), flush=True)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

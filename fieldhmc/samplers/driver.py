@@ -33,6 +33,7 @@ from typing import Protocol
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.compiler.tf2xla.python import xla
 
 from fieldhmc.samplers.checkpoint import load_checkpoint, save_checkpoint
 from fieldhmc.samplers.kernels import (
@@ -318,7 +319,10 @@ class Sampler:
         num_burnin = tf.constant(s.num_burnin_steps, tf.int32)
 
         def write(buf, i, value):
-            return tf.tensor_scatter_nd_update(buf, [[i]], tf.cast(value, buf.dtype)[None])
+            # dynamic-update-slice of a loop-carried buffer: in place under XLA (a
+            # scatter, or a write inside a tf.cond, copies the whole buffer per step).
+            start = tf.concat([[i], tf.zeros([buf.shape.rank - 1], tf.int32)], 0)
+            return xla.dynamic_update_slice(buf, tf.cast(value, buf.dtype)[None], start)
 
         def body(i, u, res, bufs, field_buf, nfields, fw, lw):
             step = start + i
@@ -370,9 +374,8 @@ class Sampler:
                 )
                 if fo.store_fields:
                     keep = tf.logical_and(sampling, (step - num_burnin) % s.field_thin == 0)
-                    field_buf = tf.cond(
-                        keep, lambda: write(field_buf, nfields, delta), lambda: field_buf
-                    )
+                    # Always write slot `nfields`; it only advances when the draw is kept.
+                    field_buf = write(field_buf, nfields, delta)
                     nfields = nfields + tf.cast(keep, tf.int32)
             if s.adapt_diagonal:
                 lw = tf.cond(
@@ -548,7 +551,10 @@ class Sampler:
         Returns
         -------
         dict
-            ``complete`` (bool), ``step``, ``gradient_evaluations``, final ``scales``,
+            ``complete`` (bool), ``step``, ``gradient_evaluations`` (summed over
+            chains), ``sampling_seconds`` and ``sampling_batched_gradients`` (compute
+            time and batched gradient evaluations of the post-warm-up chunks in this
+            process), final ``scales``,
             ``field_mean``/``field_var`` (float64, or None), ``latent_state``.
         """
         s = self.settings
@@ -609,8 +615,9 @@ class Sampler:
             traces = {name: buf.numpy()[:n] for name, buf in bufs.items()}
             if rs.step >= s.num_burnin_steps:  # compute time of pure sampling chunks
                 rs.sampling_seconds += time.perf_counter() - chunk_start
-                rs.sampling_gradients += int(traces["n_steps"][:, 0].sum())
-            rs.gradient_evaluations += int(traces["n_steps"][:, 0].sum())
+                # Batched evaluations: all chains step until the longest trajectory ends.
+                rs.sampling_gradients += int(traces["n_steps"].max(axis=1).sum())
+            rs.gradient_evaluations += int(traces["n_steps"].sum())  # summed over chains
             self._emit(sink, rs, traces, field_buf, int(nfields), stop)
             rs.x = [
                 (ui * sc).numpy()
@@ -663,7 +670,7 @@ class Sampler:
             "latent_state": rs.x,
             "num_draws": rs.num_draws_written,
             "sampling_seconds": rs.sampling_seconds,
-            "sampling_gradient_evaluations": rs.sampling_gradients,
+            "sampling_batched_gradients": rs.sampling_gradients,
         }
 
 
