@@ -87,9 +87,9 @@ def run_one(
         num_chains=chains,
         num_burnin_steps=args.burnin if burnin is None else burnin,
         num_results=results or args.results,
-        num_leapfrog_steps=16,
+        num_leapfrog_steps=args.leapfrog,
         jitter_leapfrog=True,
-        max_tree_depth=10,
+        max_tree_depth=args.max_depth,
         step_size=step_size or 0.1,
         chunk_size=50,
         field_thin=1,
@@ -130,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--burnin", type=int, default=200)
     parser.add_argument("--results", type=int, default=200)
-    parser.add_argument("--kinds", nargs="+", default=[k for k in KINDS])
+    parser.add_argument("--kinds", nargs="+", default=[k for k in KINDS if k != "snaper"])
+    parser.add_argument("--leapfrog", type=int, default=32,
+                        help="HMC: jittered uniformly in [1, L] (mean trajectory ~ pi/2 at 64³)")
+    parser.add_argument("--max-depth", type=int, default=8,
+                        help="NUTS kinds (TFP's resonates: uncapped it runs for hours)")
     args = parser.parse_args(argv)
     print(
         f"{args.n}³ Gaussian model, {args.chains} chains, {args.burnin} warm-up + "

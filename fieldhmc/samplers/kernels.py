@@ -202,7 +202,14 @@ def _kinetic(momentum_parts) -> tf.Tensor:
 
 
 def step_stats(kind: str, results, previous_target_log_prob: tf.Tensor) -> StepStats:
-    """Extract :class:`StepStats` from the (dual-averaging-wrapped) kernel results."""
+    """Extract :class:`StepStats` from the (dual-averaging-wrapped) kernel results.
+
+    For the HMC kinds the energy is :math:`-\\log p(x_{t-1}) + K(p_0)` at the start of
+    the trajectory with the unit kinetic energy of the whitened coordinates; for
+    ``snaper``, whose inner kernel adapts a mass matrix of its own, that kinetic
+    energy is approximate (and so is its E-BFMI). Divergence for the HMC kinds is an
+    energy error above :data:`MAX_ENERGY_ERROR` (Stan's rule) or a non-finite ratio.
+    """
     inner = results.inner_results
     step_size = results.new_step_size
     if isinstance(step_size, (list, tuple)):

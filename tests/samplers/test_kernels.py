@@ -12,23 +12,10 @@ import tensorflow_probability as tfp
 
 from fieldhmc.samplers.driver import Sampler, SamplerSettings
 from fieldhmc.samplers.kernels import build_kernel, shift_target_log_prob, whiten
+from fieldhmc.samplers.storage import MemorySink
 
 D = 16
 SD = np.geomspace(0.1, 10.0, D)
-
-
-class _Sink:
-    def __init__(self):
-        self.traces = []
-
-    def truncate(self, *_):
-        pass
-
-    def append(self, traces):
-        self.traces.append(traces)
-
-    def append_fields(self, fields):
-        pass
 
 
 def _run(kind, scale, num_results=3, **kw):
@@ -48,13 +35,13 @@ def _run(kind, scale, num_results=3, **kw):
 
     sampler = Sampler(target, settings, ["x"], [scale])
     init = [np.full((2, D), 0.3) * scale]
-    sink = _Sink()
+    sink = MemorySink()
     with tempfile.TemporaryDirectory() as d:
         out = sampler.run(sink, Path(d), init, progress=False)
     return out["latent_state"][0], sink.traces[0]
 
 
-@pytest.mark.parametrize("kind", ["hmc", "nuts"])
+@pytest.mark.parametrize("kind", ["hmc", "nuts", "fieldnuts"])
 def test_metric_survives_step_size_adaptation_wrapper(kind):
     """The workaround for TFP's PNUTS bug: our metric is a whitening of the target,
     so wrapping in DualAveragingStepSizeAdaptation cannot drop it. With the exact
@@ -103,10 +90,11 @@ def test_jittered_hmc_draws_lengths_reproducibly():
 
 @pytest.fixture(scope="module")
 def traces_by_kind():
-    return {kind: _run(kind, SD, num_results=6)[1] for kind in ("hmc", "nuts", "chees")}
+    kinds = ("hmc", "nuts", "fieldnuts", "chees", "snaper")
+    return {kind: _run(kind, SD, num_results=6)[1] for kind in kinds}
 
 
-@pytest.mark.parametrize("kind", ["hmc", "nuts", "chees"])
+@pytest.mark.parametrize("kind", ["hmc", "nuts", "fieldnuts", "chees", "snaper"])
 def test_energy_has_stans_sign(traces_by_kind, kind):
     """H = -log p + K with K >= 0, so energy >= -lp of the trajectory's start; over a
     few steps -lp is O(D/2) and K is O(D/2): the energy must exceed -lp on average."""
@@ -114,7 +102,7 @@ def test_energy_has_stans_sign(traces_by_kind, kind):
     assert np.all(np.isfinite(t["energy"]))
     assert np.mean(t["energy"] + t["lp"]) > 0
     assert np.all(t["n_steps"] >= 1)
-    if kind == "nuts":
+    if kind in ("nuts", "fieldnuts"):
         assert np.all(t["tree_depth"] >= 1)
 
 
@@ -133,7 +121,7 @@ def test_divergences_are_flagged_for_hmc():
         return -0.5 * tf.reduce_sum(tf.cast((x * 100.0) ** 2, tf.float64), axis=-1)
 
     sampler = Sampler(target, settings, ["x"], [np.ones(D)])
-    sink = _Sink()
+    sink = MemorySink()
     with tempfile.TemporaryDirectory() as d:
         sampler.run(sink, Path(d), [np.full((2, D), 0.01)], progress=False)
     assert sink.traces[0]["diverging"].all()
