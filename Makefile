@@ -28,6 +28,8 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/ops.py
+	$(PY) benchmarks/logprob_precision.py
+	$(PY) benchmarks/nuts_resonance.py
 	$(PY) benchmarks/sampling.py
 
 lint: $(STAMP)

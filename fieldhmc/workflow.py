@@ -166,7 +166,10 @@ def _read_config(run: io.RunDirectory) -> cfg.Config:
 def simulate(config: cfg.Config, out_dir: Path, overwrite: bool = False) -> io.RunDirectory:
     """Write synthetic truth and data (plus mask, sigma map) to ``out_dir/data``."""
     if config.data.source != "simulate":
-        raise ValueError("data.source: simulate needs data.source=simulate")
+        raise ValueError(
+            f"data.source: `fieldhmc simulate` needs data.source=simulate "
+            f"(got {config.data.source})"
+        )
     model = build_model(config)
     run = io.prepare_run_directory(out_dir, overwrite)
     _write_config(run, config)
@@ -253,18 +256,15 @@ def _field_outputs(config: cfg.Config, model):
     def power_fn(delta):
         return models.measure_power(delta, grid, kbins).power
 
-    def tracked_fn(delta):
-        modes = ops.rfft3d(delta)
-        return tf.gather_nd(tf.transpose(modes, [1, 2, 3, 0]), idx)  # [T, chains]
-
-    def tracked_chain_major(delta):
-        return tf.transpose(tracked_fn(delta))
+    def tracked_fn(delta):  # [chains, T] complex
+        modes = tf.transpose(ops.rfft3d(delta), [1, 2, 3, 0])
+        return tf.transpose(tf.gather_nd(modes, idx))
 
     return (
         FieldOutputs(
             field_fn=model.field_from_latents,
             power_fn=power_fn,
-            tracked_fn=tracked_chain_major if len(idx) else None,
+            tracked_fn=tracked_fn if len(idx) else None,
             store_fields=config.outputs.store_fields,
         ),
         kbins,
@@ -399,7 +399,7 @@ def resume(run_dir: Path, num_results: int | None = None, progress: bool = True)
 
 
 # --- diagnostics and plots -----------------------------------------------------------------
-def _load_run(run_dir: Path):
+def _load_run(run_dir: Path, field_names: tuple[str, ...] | None = None):
     import xarray as xr
 
     rundir = io.RunDirectory(run_dir)
@@ -419,23 +419,19 @@ def _load_run(run_dir: Path):
     if rundir.fields.exists():
         from fieldhmc.samplers import read_fields
 
-        fields = read_fields(rundir.fields)
+        fields = read_fields(rundir.fields, field_names)
     return rundir, config, posterior, stats, power, fields
 
 
 def diagnose(run_dir: Path) -> dict:
     """Recompute ``summary.json`` and ``report.txt``; print the report."""
-    from fieldhmc import diagnostics
+    from fieldhmc import diagnostics, models
 
     rundir, config, posterior, stats, power, fields = _load_run(run_dir)
     truth = rundir.load_data("truth")
+    kbins = models.Grid(config.grid.shape, config.grid.box_size).kbins()
     field_summary = None
-    grid = None
     if "draws" in fields and fields["draws"].shape[0] >= 4:
-        from fieldhmc import models
-
-        grid = models.Grid(config.grid.shape, config.grid.box_size)
-        kbins = grid.kbins()
         draws = np.swapaxes(fields["draws"], 0, 1)  # chain, draw, ...
         field_summary = diagnostics.field_convergence(draws, kbins.index, kbins.num_bins, k=kbins.k)
     truth_summary = None
@@ -446,7 +442,11 @@ def diagnose(run_dir: Path) -> dict:
         cross = None
         if truth is not None and "mean" in fields:
             cross = diagnostics.cross_power(
-                fields["mean"], *_kbin_args(config), field_b=truth, box_size=config.grid.box_size
+                fields["mean"],
+                kbins.index,
+                kbins.num_bins,
+                field_b=truth,
+                box_size=config.grid.box_size,
             )
         truth_summary = diagnostics.truth_comparison(
             power["k"],
@@ -480,20 +480,13 @@ def diagnose(run_dir: Path) -> dict:
     return summary
 
 
-def _kbin_args(config: cfg.Config):
-    from fieldhmc import models
-
-    kbins = models.Grid(config.grid.shape, config.grid.box_size).kbins()
-    return kbins.index, kbins.num_bins
-
-
 def plot(run_dir: Path) -> list[Path]:
     """Write the standard set of PNGs to ``run_dir/plots``."""
     import json
 
     from fieldhmc import plotting
 
-    rundir, config, posterior, stats, power, fields = _load_run(run_dir)
+    rundir, config, posterior, stats, power, fields = _load_run(run_dir, ("mean", "var"))
     rundir.plots.mkdir(exist_ok=True)
     written = []
 

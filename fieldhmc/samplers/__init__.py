@@ -9,12 +9,13 @@ from fieldhmc.samplers.driver import (
     stateless_seed,
 )
 from fieldhmc.samplers.kernels import KINDS, build_kernel, default_target_accept_prob, whiten
-from fieldhmc.samplers.storage import H5TraceSink, read_fields, read_traces
+from fieldhmc.samplers.storage import H5TraceSink, MemorySink, read_fields, read_traces
 
 __all__ = [
     "KINDS",
     "FieldOutputs",
     "H5TraceSink",
+    "MemorySink",
     "Sampler",
     "SamplerSettings",
     "TraceSink",

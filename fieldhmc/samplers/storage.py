@@ -15,7 +15,32 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-__all__ = ["H5TraceSink", "read_fields", "read_traces"]
+__all__ = ["H5TraceSink", "MemorySink", "read_fields", "read_traces"]
+
+
+class MemorySink:
+    """In-memory sink (interactive use, tests, benchmarks): keeps every append."""
+
+    def __init__(self):
+        self.traces: list[dict[str, np.ndarray]] = []
+        self.fields: list[np.ndarray] = []
+
+    def truncate(self, num_draws: int, num_field_draws: int) -> None:
+        """Nothing to truncate: a memory sink does not outlive its process."""
+
+    def append(self, traces: dict[str, np.ndarray]) -> None:
+        self.traces.append(traces)
+
+    def append_fields(self, fields: np.ndarray) -> None:
+        self.fields.append(fields)
+
+    def stacked_traces(self) -> dict[str, np.ndarray]:
+        """All traces concatenated along the draw axis."""
+        return {k: np.concatenate([t[k] for t in self.traces]) for k in self.traces[0]}
+
+    def stacked_fields(self) -> np.ndarray:
+        """All field draws ``[draw, chain, ...]``."""
+        return np.concatenate(self.fields)
 
 
 class H5TraceSink:
@@ -77,7 +102,10 @@ def read_traces(path: Path) -> dict[str, np.ndarray]:
         return {name: f[name][()] for name in f}
 
 
-def read_fields(path: Path) -> dict[str, np.ndarray]:
-    """``draws`` [draw, chain, ...] (may be absent), ``mean`` and ``var`` if written."""
+def read_fields(path: Path, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """``draws`` [draw, chain, ...] (may be absent), ``mean`` and ``var`` if written.
+
+    ``names`` restricts what is read (the draws can be large).
+    """
     with h5py.File(path, "r") as f:
-        return {name: f[name][()] for name in f}
+        return {name: f[name][()] for name in f if names is None or name in names}
