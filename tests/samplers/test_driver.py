@@ -11,7 +11,7 @@ from scipy import stats
 
 from fieldhmc.diagnostics import ess_bulk
 from fieldhmc.samplers.driver import Sampler, SamplerSettings, adaptation_windows
-from fieldhmc.samplers.storage import H5TraceSink, read_traces
+from fieldhmc.samplers.storage import H5TraceSink, MemorySink, read_traces
 
 D = 24
 SD = np.geomspace(0.05, 5.0, D).astype(np.float32)
@@ -28,23 +28,6 @@ def gaussian_target(x, h):
 def _init(chains=4, seed=0):
     rng = np.random.default_rng(seed)
     return [rng.standard_normal((chains, D)).astype(np.float32), np.zeros(chains, np.float32)]
-
-
-class MemorySink:
-    def __init__(self):
-        self.traces, self.fields = [], []
-
-    def truncate(self, num_draws, num_field_draws):
-        pass
-
-    def append(self, traces):
-        self.traces.append(traces)
-
-    def append_fields(self, fields):
-        self.fields.append(fields)
-
-    def stacked(self):
-        return {k: np.concatenate([t[k] for t in self.traces]) for k in self.traces[0]}
 
 
 def _sampler(scales=None, **kw):
@@ -101,7 +84,7 @@ def runs(tmp_path_factory):
         sampler = _sampler(**kw)
         sink = MemorySink()
         summary = sampler.run(sink, tmp_path_factory.mktemp(name), _init(), progress=False)
-        out[name] = (sampler, sink.stacked(), summary)
+        out[name] = (sampler, sink.stacked_traces(), summary)
     return out
 
 
@@ -150,7 +133,7 @@ def test_vector_moments_with_z_scores(tmp_path):
     init = [rng.standard_normal(4).astype(np.float32) for _ in range(D)] + [np.zeros(4, np.float32)]
     sink = MemorySink()
     sampler.run(sink, tmp_path, init, progress=False)
-    t = sink.stacked()
+    t = sink.stacked_traces()
     draws = np.stack([t[f"x{i}"] for i in range(D)], axis=-1)
     _assert_standard_normal(_zscores(draws, MU, SD))
 

@@ -18,24 +18,16 @@ from scipy import stats
 
 from fieldhmc import models
 from fieldhmc.diagnostics import ess_bulk
-from fieldhmc.samplers import FieldOutputs, Sampler, SamplerSettings, stateless_seed
+from fieldhmc.samplers import (
+    FieldOutputs,
+    MemorySink,
+    Sampler,
+    SamplerSettings,
+    stateless_seed,
+)
 
 GRID = models.Grid((8, 8, 8), 100.0)
 POWER = models.PowerLaw(1000.0, -1.5, 0.1)
-
-
-class _Sink:
-    def __init__(self):
-        self.fields = []
-
-    def truncate(self, *_):
-        pass
-
-    def append(self, traces):
-        pass
-
-    def append_fields(self, fields):
-        self.fields.append(fields)
 
 
 @pytest.fixture(scope="module", params=["unmasked", "masked"])
@@ -80,10 +72,10 @@ def _sample(model, data, kind, preconditioner, num_chains=4, num_results=400, **
         outputs,
     )
     init = [np.asarray(model.init_latents("prior", num_chains, seed=stateless_seed(1)))[0]]
-    sink = _Sink()
+    sink = MemorySink()
     with tempfile.TemporaryDirectory() as d:
         sampler.run(sink, Path(d), init, progress=False)
-    return np.concatenate(sink.fields)  # [draw, chain, 8, 8, 8]
+    return sink.stacked_fields()  # [draw, chain, 8, 8, 8]
 
 
 def _zscores(draws, mean, var):
@@ -164,7 +156,7 @@ def test_target_conservation_from_exact_draws(problem, kind):
         _scales(model, data, "posterior"),
         outputs,
     )
-    sink = _Sink()
+    sink = MemorySink()
     with tempfile.TemporaryDirectory() as d:
         summary = sampler.run(sink, Path(d), [start.reshape(n, *GRID.grid_shape)], progress=False)
     after = summary["latent_state"][0].reshape(n, -1)
