@@ -109,7 +109,11 @@ def prepare_run_directory(root: str | os.PathLike, overwrite: bool) -> RunDirect
 
 
 def atomic_write(path: Path, write_fn: Callable[[Path], None]) -> Path:
-    """Call ``write_fn(tmp_path)`` then fsync and rename ``tmp_path`` to ``path``."""
+    """Call ``write_fn(tmp)`` on a temporary file beside ``path``, fsync, rename.
+
+    The directory entry is fsync'ed too, so a crash leaves either the old or the
+    new file, never a torn one.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -123,6 +127,11 @@ def atomic_write(path: Path, write_fn: Callable[[Path], None]) -> Path:
     finally:
         if tmp.exists():
             tmp.unlink()
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
     return path
 
 

@@ -285,7 +285,7 @@ def _sample(
     from fieldhmc.samplers import H5TraceSink, Sampler, stateless_seed
 
     settings = _settings(config, num_results)
-    field_outputs, _, _ = _field_outputs(config, model)
+    field_outputs, kbins, idx = _field_outputs(config, model)
     sampler = Sampler(
         model.target_log_prob_fn(data),
         settings,
@@ -320,17 +320,16 @@ def _sample(
         if not config.outputs.store_fields:
             sink = H5TraceSink(run.traces, run.fields)
         sink.write_field_moments(summary["field_mean"], summary["field_var"])
-    _export(run, config, model, summary)
+    _export(run, config, model, summary, kbins, idx)
     return summary
 
 
-def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict) -> None:
+def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict, kbins, idx) -> None:
     """samples.nc (ArviZ) and power.nc from the streamed traces."""
     from fieldhmc import models
     from fieldhmc.samplers import read_traces
 
     traces = read_traces(run.traces)
-    _, kbins, idx = _field_outputs(config, model)
     posterior = {name: traces[name] for name in model.latent_names if name in traces}
     for n, name in enumerate(mode_names(idx)):
         posterior[f"{name}.real"] = traces["tracked_real"][..., n]

@@ -10,37 +10,15 @@ checkpoint, never a torn one.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["atomic_write_bytes", "load_checkpoint", "save_checkpoint"]
+from fieldhmc.io import atomic_write
+
+__all__ = ["load_checkpoint", "save_checkpoint"]
 
 CHECKPOINT_NAME = "state.npz"
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file, fsync, rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def save_checkpoint(directory: Path, arrays: dict[str, np.ndarray], meta: dict) -> Path:
@@ -52,7 +30,7 @@ def save_checkpoint(directory: Path, arrays: dict[str, np.ndarray], meta: dict) 
     payload["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     np.savez(buffer, **payload)
     path = Path(directory) / CHECKPOINT_NAME
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write(path, lambda tmp: tmp.write_bytes(buffer.getvalue()))
     return path
 
 
