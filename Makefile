@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/logprob_precision.py
 	$(PY) benchmarks/nuts_resonance.py
 	$(PY) benchmarks/sampling.py
+	$(PY) benchmarks/nuts_field.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -112,12 +112,14 @@ def run_one(
     out = {
         "ms_per_grad": 1e3 * summary["sampling_seconds"] / batched,
         "leapfrogs": batched / settings.num_results,
+        "step_size": float(np.mean(sink.traces[-1]["step_size"])) if sink.traces else float("nan"),
     }
     if keep_fields:
         draws = sink.stacked_fields()  # draw, chain, ...
         post = np.moveaxis(draws, 0, 1).reshape(chains, draws.shape[0], -1)
         ess = ess_bulk(post)
         out["min_ess"] = float(np.min(ess))
+        out["median_ess"] = float(np.median(ess))
         # Gradient evaluations of all chains (post warm-up) per effective sample.
         grads = sum(int(t["n_steps"].sum()) for t in sink.traces)
         out["grads_per_ess"] = grads / out["min_ess"]

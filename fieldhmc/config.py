@@ -791,7 +791,8 @@ class OutputsConfig(BaseModel):
         8, "Number of individual Fourier modes whose full traces are kept (>= 0).", ge=0
     )
     tensorboard: bool = Field(
-        False, strict=True,
+        False,
+        strict=True,
         description="Also write per-chunk TensorBoard scalars (acceptance, step size, "
         "divergences, leapfrogs, log prob) to <run>/tensorboard.",
     )

@@ -63,6 +63,7 @@ from fieldhmc.models.priors import NormalPrior, check_hyper_priors
 from fieldhmc.models.reduction import reduce_sum_float64
 from fieldhmc.models.wiener_solver import wiener_filter_mean
 from fieldhmc.ops import HermitianPacking, irfft3d, rfft3d
+from fieldhmc.seeds import as_stateless
 
 tfd = tfp.distributions
 Root = tfd.JointDistributionCoroutine.Root
@@ -485,7 +486,7 @@ class FieldModel(abc.ABC):
         Parameters
         ----------
         seed : int or int Tensor of shape [2]
-            Stateless seed.
+            Stateless seed (an int gives the same draw on every call).
         sample_shape : int or tuple
             Leading shape of every output.
 
@@ -495,7 +496,7 @@ class FieldModel(abc.ABC):
             The latents (``latent_names``), ``"delta"`` (the true overdensity,
             ``[*sample_shape, *grid_shape]``) and ``"data"``.
         """
-        seed = tfp.random.sanitize_seed(seed)
+        seed = as_stateless(seed)
         draw = self.joint_distribution().sample(sample_shape, seed=seed)
         out = dict(draw._asdict())
         out["delta"] = self.field_from_latents(*(out[n] for n in self.latent_names))
@@ -601,7 +602,7 @@ class FieldModel(abc.ABC):
         jitter = float(jitter)
         if not (math.isfinite(jitter) and jitter >= 0):
             raise ValueError(f"jitter must be non-negative and finite, got {jitter}")
-        seed = tfp.random.sanitize_seed(seed)
+        seed = as_stateless(seed)
         draw_seed, jitter_seed = tfp.random.split_seed(seed, 2)
         shape = [num_chains]
         values: dict[str, tf.Tensor] = {}

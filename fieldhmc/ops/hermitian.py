@@ -142,11 +142,14 @@ class _PlaneTables:
         owners = self.owner_of_real
         partners = np.where(is_rep[owners], partner[owners], owners)
         self.adj = [
-            (owners.astype(np.int32), is_im,
-             np.where(is_im, self.c_im[owners], self.c_re[owners])),
-            (partners.astype(np.int32), is_im,
-             np.where(is_rep[owners], np.where(is_im, self.c_im[partners],
-                                               self.c_re[partners]), 0.0)),
+            (owners.astype(np.int32), is_im, np.where(is_im, self.c_im[owners], self.c_re[owners])),
+            (
+                partners.astype(np.int32),
+                is_im,
+                np.where(
+                    is_rep[owners], np.where(is_im, self.c_im[partners], self.c_re[partners]), 0.0
+                ),
+            ),
         ]
 
     def pack(self, flat: tf.Tensor) -> tf.Tensor:

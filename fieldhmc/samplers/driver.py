@@ -44,6 +44,7 @@ from fieldhmc.samplers.kernels import (
     target_log_prob_of,
     whiten,
 )
+from fieldhmc.seeds import stateless_seed
 
 __all__ = [
     "FieldOutputs",
@@ -139,19 +140,6 @@ class TraceSink(Protocol):
     def append(self, traces: dict[str, np.ndarray]) -> None: ...
 
     def append_fields(self, fields: np.ndarray) -> None: ...
-
-
-def stateless_seed(seed: int) -> np.ndarray:
-    """A Python int as a stateless ``[2]`` int32 seed.
-
-    Never pass a bare int to TFP's samplers: ``tfp.random.sanitize_seed(int)`` goes
-    through a *stateful* op in eager mode, so the same int gives different draws on
-    repeated calls within one process.
-    """
-    seed = int(seed)
-    if seed < 0:
-        raise ValueError(f"seed must be non-negative, got {seed}")
-    return np.array([seed & 0x7FFFFFFF, (seed >> 31) & 0x7FFFFFFF], np.int32)
 
 
 def adaptation_windows(num_burnin_steps: int) -> list[tuple[int, int]]:

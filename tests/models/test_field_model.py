@@ -188,6 +188,19 @@ def test_sample_shapes_seeds_and_masked_data(likelihood):
     assert tuple(single["field"].shape) == model.grid.grid_shape
 
 
+def test_int_seeds_are_reproducible_in_eager_mode():
+    # tfp.random.sanitize_seed(int) is stateful in eager mode (TFP 0.25): without
+    # fieldhmc.seeds.as_stateless the second call below would draw different data.
+    model, _ = build_model("odd", "gaussian", "noncentred", False, dtype=tf.float32)
+    a, b = model.sample(seed=11), model.sample(seed=np.int64(11))
+    np.testing.assert_array_equal(a["data"].numpy(), b["data"].numpy())
+    assert not np.array_equal(a["data"].numpy(), model.sample(seed=12)["data"].numpy())
+    x, y = model.init_latents("prior", 2, seed=3), model.init_latents("prior", 2, seed=3)
+    np.testing.assert_array_equal(x[0].numpy(), y[0].numpy())
+    with pytest.raises(ValueError, match="non-negative"):
+        model.sample(seed=-1)
+
+
 @pytest.mark.parametrize("parametrization", PARAMETRIZATIONS)
 @pytest.mark.parametrize("kind", ["prior", "zeros", "wiener"])
 def test_init_latents(kind, parametrization):

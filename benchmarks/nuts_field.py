@@ -1,0 +1,244 @@
+"""Our NUTS (`fieldnuts`) against TFP on the 64³ Gaussian field model, in one process.
+
+Run: ``.venv/bin/python benchmarks/nuts_field.py [--n 64] [--part speed ess]``
+(part of ``make bench``). Both parts use the model of ``sampling.py`` (64³ Gaussian
+field, P(k) power law, Gaussian noise), whitened by the Fourier-diagonal posterior
+metric, float32 under XLA.
+
+``speed``: milliseconds per gradient evaluation of `StanNUTS` and of TFP's
+`HamiltonianMonteCarlo` on the same whitened target, each compiled once around
+``tfp.mcmc.sample_chain`` at the same fixed step size; HMC takes as many leapfrog
+steps per transition as our NUTS's longest chain did on average. The two are timed
+round-robin (``--repeats`` times) and the median is reported; a gradient is one
+leapfrog step of the batch of chains (all chains step together until the longest
+trajectory is done). Target: ratio <= 1.2.
+
+``ess``: gradient evaluations per minimum bulk ESS (over all latent coordinates, every
+Fourier mode's real and imaginary part) for `fieldnuts` and TFP's `nuts`, both run by
+our driver with dual-averaging step size, the same warm-up, draws and maximum tree
+depth. Gradient evaluations are those of every chain after warm-up. Target: TFP's
+count >= 2x ours.
+
+If ``jax`` and ``blackjax`` are importable (the optional ``peers`` extra,
+``pip install -e '.[peers]'``), both parts also run BlackJAX's NUTS on a JAX port of
+the same whitened target (`_blackjax_peer.py`, checked against TensorFlow's log
+density and gradient first) and print its ratios too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tensorflow_probability as tfp  # noqa: E402
+from sampling import build, run_one  # noqa: E402
+
+from fieldhmc.diagnostics import ess_bulk  # noqa: E402
+from fieldhmc.samplers import stateless_seed, whiten  # noqa: E402
+from fieldhmc.samplers.nuts import StanNUTS  # noqa: E402
+
+try:  # the optional ``peers`` extra
+    import _blackjax_peer as peer
+except ImportError:
+    peer = None
+
+
+def whitened_target(model, data, chains: int):
+    """``(target_log_prob_fn, u0)``: the posterior-metric whitened target and a start."""
+    scale = (1.0 / np.sqrt(model.posterior_precision_diag(data))).astype(np.float32)
+    x0 = np.asarray(model.init_latents("prior", chains, seed=stateless_seed(1))[0])
+    target64 = model.target_log_prob_fn(data)
+    reference = target64(tf.constant(x0))
+    fn = whiten(target64, [tf.constant(scale)], reference, tf.float32)
+    return fn, tf.constant(x0 / scale, tf.float32)
+
+
+def _compiled(kernel, num_results: int, trace_fn):
+    @tf.function(jit_compile=True, autograph=False)
+    def run(u, seed):
+        states, steps = tfp.mcmc.sample_chain(
+            num_results, u, kernel=kernel, seed=seed, trace_fn=trace_fn
+        )
+        return states[-1], steps
+
+    def call(u, seed):
+        state, steps = run(u, seed)
+        state.numpy()
+        return steps.numpy()
+
+    return call
+
+
+def speed(model, data, args) -> dict:
+    target, u0 = whitened_target(model, data, args.chains)
+    eps = tf.constant(args.step_size, tf.float32)
+    ours = _compiled(
+        StanNUTS(target, eps, max_tree_depth=args.max_depth),
+        args.speed_steps,
+        lambda _, r: r.num_leapfrog_steps,
+    )
+    # Start in the typical set (u0 is a prior draw): 30 transitions of our NUTS first.
+    u_typ = tf.constant(_last_state(target, eps, args, u0))
+    steps = ours(u_typ, tf.constant([0, 1]))  # compile; sets HMC's length
+    num_leapfrog = max(1, round(float(steps.max(axis=1).mean())))
+    hmc = _compiled(
+        tfp.mcmc.HamiltonianMonteCarlo(target, eps, num_leapfrog),
+        args.speed_steps,
+        lambda _, r: tf.fill(tf.shape(r.log_accept_ratio), num_leapfrog),
+    )
+    hmc(u_typ, tf.constant([0, 1]))  # compile
+    candidates = {"fieldnuts": ours, f"TFP HMC (L={num_leapfrog})": hmc}
+    per_grad = {name: [] for name in candidates}
+    for rep in range(args.repeats):  # round-robin, to share the machine's load fairly
+        for name, run in candidates.items():
+            start = time.perf_counter()
+            steps = run(u_typ, tf.constant([5, rep]))
+            elapsed = time.perf_counter() - start
+            per_grad[name].append(1e3 * elapsed / float(steps.max(axis=1).sum()))
+    out = {name: statistics.median(v) for name, v in per_grad.items()}
+    if peer is not None and args.peers:
+        logdensity, _ = _peer_target(model, data, target, u_typ)
+        out["BlackJAX 1.7 NUTS"] = peer.ms_per_gradient(
+            logdensity,
+            u_typ.numpy(),
+            args.step_size,
+            args.speed_steps,
+            args.repeats,
+            args.max_depth,
+        )
+    return out
+
+
+def _peer_target(model, data, tf_target, u):
+    """The JAX port of the whitened target, checked against TensorFlow's first."""
+    scale = (1.0 / np.sqrt(model.posterior_precision_diag(data))).astype(np.float32)
+    logdensity = peer.make_logdensity(model, data, scale)
+    lp_err, g_err = peer.check_against(logdensity, tf_target, np.asarray(u))
+    print(
+        f"JAX port vs TensorFlow: max rel. error of log-density differences {lp_err:.1e}, "
+        f"of gradients {g_err:.1e}"
+    )
+    if lp_err > 1e-3 or g_err > 1e-4:
+        raise RuntimeError("the JAX port of the model disagrees with TensorFlow's")
+    return logdensity, scale
+
+
+def _last_state(target, eps, args, u0) -> np.ndarray:
+    @tf.function(jit_compile=True, autograph=False)
+    def burn(u, seed):
+        return tfp.mcmc.sample_chain(
+            30,
+            u,
+            kernel=StanNUTS(target, eps, max_tree_depth=args.max_depth),
+            seed=seed,
+            trace_fn=None,
+        )[-1]
+
+    return burn(u0, tf.constant([7, 7])).numpy()
+
+
+def ess(model, data, args) -> dict:
+    out = {}
+    for kind in ("fieldnuts", "nuts"):
+        start = time.perf_counter()
+        r = run_one(model, data, kind, "posterior", args)
+        r["seconds"] = time.perf_counter() - start
+        out[kind] = r
+        _print_ess_row(kind, r)
+    if peer is not None and args.peers:
+        target, u0 = whitened_target(model, data, args.chains)
+        logdensity, _ = _peer_target(model, data, target, u0)
+        start = time.perf_counter()
+        positions, grads, leapfrogs, step = peer.sample(
+            logdensity, u0.numpy(), args.burnin, args.results, args.max_depth
+        )
+        ess_all = ess_bulk(positions)
+        out["blackjax"] = r = {
+            "leapfrogs": leapfrogs,
+            "min_ess": float(np.min(ess_all)),
+            "median_ess": float(np.median(ess_all)),
+            "grads_per_ess": grads / float(np.min(ess_all)),
+            "step_size": step,
+            "seconds": time.perf_counter() - start,
+        }
+        _print_ess_row("BlackJAX", r)
+    return out
+
+
+def _print_ess_row(kind: str, r: dict) -> None:
+    print(
+        f"{kind:>9} | {r['leapfrogs']:>11.1f} {r['min_ess']:>8.0f} {r['median_ess']:>10.0f} "
+        f"{r['grads_per_ess']:>9.1f} {r['step_size']:>9.3f} {r['seconds']:>8.0f}",
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=64)
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--part", nargs="+", default=["speed", "ess"], choices=["speed", "ess"])
+    parser.add_argument("--max-depth", type=int, default=10)
+    parser.add_argument("--step-size", type=float, default=0.1, help="speed part (whitened)")
+    parser.add_argument("--speed-steps", type=int, default=5, help="transitions per timed run")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--burnin", type=int, default=150, help="ess part")
+    parser.add_argument("--results", type=int, default=200, help="ess part")
+    parser.add_argument(
+        "--no-peers",
+        dest="peers",
+        action="store_false",
+        help="skip BlackJAX even if jax and blackjax are importable",
+    )
+    args = parser.parse_args(argv)
+    args.leapfrog = 1  # unused by the NUTS kinds (run_one passes it through)
+    model, data = build(args.n, masked=False)
+    print(
+        f"{args.n}³ Gaussian model, whitened by the posterior metric, {args.chains} chains, "
+        f"float32, XLA; TF {tf.__version__}, TFP {tfp.__version__}"
+    )
+    if "speed" in args.part:
+        rows = speed(model, data, args)
+        print(
+            f"\nms per gradient (batched), step size {args.step_size}, "
+            f"{args.speed_steps} transitions per run, median of {args.repeats}"
+        )
+        for name, ms in rows.items():
+            print(f"{name:>22} {ms:8.2f}")
+        names = list(rows)
+        hmc_ms = rows[names[1]]
+        print(f"{'fieldnuts / TFP HMC':>22} {rows[names[0]] / hmc_ms:8.3f}   (target <= 1.2)")
+        if len(names) > 2:
+            print(f"{'BlackJAX / TFP HMC':>22} {rows[names[2]] / hmc_ms:8.3f}", flush=True)
+    if "ess" in args.part:
+        print(
+            f"\n{args.burnin} warm-up + {args.results} draws, max tree depth {args.max_depth}, "
+            "dual averaging to accept 0.8"
+        )
+        print(
+            f"{'kernel':>9} | {'leapfrog/it':>11} {'min ESS':>8} {'median ESS':>10} "
+            f"{'grads/ESS':>9} {'step':>9} {'seconds':>8}"
+        )
+        out = ess(model, data, args)
+        ours = out["fieldnuts"]["grads_per_ess"]
+        print(
+            f"TFP NUTS / fieldnuts gradients per min-ESS: {out['nuts']['grads_per_ess'] / ours:.2f}"
+            " (target >= 2)"
+        )
+        if "blackjax" in out:
+            print(
+                f"BlackJAX / fieldnuts gradients per min-ESS: "
+                f"{out['blackjax']['grads_per_ess'] / ours:.2f}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
