@@ -9,8 +9,9 @@ TensorFlow target before anything is timed.
 
 BlackJAX runs with an identity metric (the coordinates are already whitened), Stan's
 dual averaging of one step size shared by the chains (their mean acceptance, as TFP's
-wrapper), and the chains ``vmap``-ped, so a batch costs its longest trajectory, as
-ours does.
+wrapper). Its chains run one after another (``lax.map``; see `_chains` for why not
+``vmap``), so its time per gradient of the batch is its time per chain-gradient times
+the number of chains.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from blackjax.mcmc import nuts
 
 
 def make_logdensity(model, data, scale: np.ndarray):
-    """``logdensity(u)`` for one chain's whitened latent ``u`` ``[n0, n1, n2]`` (float32)."""
+    """``logdensity(u)`` of one chain's whitened latent, flattened: ``u`` is ``[n0*n1*n2]``.
+
+    (BlackJAX's metrics want flat positions.)
+    """
     grid = model.grid
     n0, n1, n2 = grid.grid_shape
     packing = model.packing
@@ -45,7 +49,7 @@ def make_logdensity(model, data, scale: np.ndarray):
         return jax.lax.complex(c_re * flat[src_re], c_im * flat[src_im])
 
     def logdensity(u):
-        z = u * s
+        z = u.reshape(n0, n1, n2) * s
         x = z.reshape(n0 * n1, n2)
         pieces = [pack_plane(x[:, 0])[:, None]]
         if k_free:
@@ -63,7 +67,7 @@ def make_logdensity(model, data, scale: np.ndarray):
 def check_against(logdensity, tf_target, u: np.ndarray, seed: int = 0) -> tuple[float, float]:
     """Largest relative errors of (log-density differences, gradients) vs TensorFlow.
 
-    ``u`` is ``[chains, ...]`` float32; ``tf_target`` the whitened float32 TF target,
+    ``u`` is ``[chains, *grid]`` float32; ``tf_target`` the whitened float32 TF target,
     which subtracts a per-chain reference, so values are compared as differences
     between ``u`` and a perturbed ``u`` of the same chain.
     """
@@ -80,7 +84,9 @@ def check_against(logdensity, tf_target, u: np.ndarray, seed: int = 0) -> tuple[
 
     vg = jax.jit(jax.vmap(jax.value_and_grad(logdensity)))
     (a_tf, g_tf), (b_tf, _) = tf_value_and_grad(u), tf_value_and_grad(u2)
-    (a_jx, g_jx), (b_jx, _) = [[np.asarray(t) for t in vg(jnp.asarray(v))] for v in (u, u2)]
+    flat = [jnp.asarray(v.reshape(v.shape[0], -1)) for v in (u, u2)]
+    (a_jx, g_jx), (b_jx, _) = [[np.asarray(t) for t in vg(v)] for v in flat]
+    g_jx = g_jx.reshape(g_tf.shape)
     diff_tf = b_tf - a_tf
     diff_jx = b_jx.astype(np.float64) - a_jx.astype(np.float64)
     lp_err = float(np.max(np.abs(diff_tf - diff_jx) / np.maximum(np.abs(diff_tf), 1.0)))
@@ -93,50 +99,67 @@ def _kernel():
 
 
 def _init(logdensity, u0):
-    return jax.vmap(lambda u: nuts.init(u, logdensity))(jnp.asarray(u0))
+    flat = jnp.asarray(u0).reshape(u0.shape[0], -1)
+    return jax.vmap(lambda u: nuts.init(u, logdensity))(flat)
+
+
+def _chains(kernel_step, states, keys):
+    """Run ``kernel_step(key, state)`` for every chain, one chain after another.
+
+    Not ``vmap``: under ``vmap`` BlackJAX's iterative NUTS turns every while-loop
+    update of its ``[max_num_doublings, D]`` momentum checkpoints into a select over
+    the whole array, which at 64³ made it more than ten times slower per gradient.
+    """
+    return jax.lax.map(lambda a: kernel_step(*a), (keys, states))
 
 
 def ms_per_gradient(logdensity, u0, step_size: float, num_steps: int, repeats: int, depth: int):
-    """Median ms per batched gradient of ``num_steps`` NUTS transitions at a fixed step."""
+    """Median ms per gradient of the batch of chains, ``num_steps`` transitions at a fixed step.
+
+    The chains run one after another (see `_chains`), so the time per gradient of the
+    batch is the time per chain-gradient times the number of chains.
+    """
     kernel = _kernel()
     chains = u0.shape[0]
-    inv_mass = jnp.ones(u0.shape[1:], jnp.float32)
+    inv_mass = jnp.ones(int(np.prod(u0.shape[1:])), jnp.float32)
+
+    def step(key, state):
+        return kernel(key, state, logdensity, step_size, inv_mass, depth)
 
     @jax.jit
     def run(states, key):
         def one(states, key):
-            keys = jax.random.split(key, chains)
-            states, info = jax.vmap(
-                lambda k, st: kernel(k, st, logdensity, step_size, inv_mass, depth)
-            )(keys, states)
+            states, info = _chains(step, states, jax.random.split(key, chains))
             return states, info.num_integration_steps
 
         return jax.lax.scan(one, states, jax.random.split(key, num_steps))
 
-    states = _init(logdensity, u0)
-    states, _ = run(states, jax.random.PRNGKey(0))  # compile, and reach the typical set
+    states, _ = run(_init(logdensity, u0), jax.random.PRNGKey(0))  # compile
     out = []
-    for rep in range(repeats + 1):
+    for rep in range(repeats):
         start = time.perf_counter()
         _, steps = run(states, jax.random.PRNGKey(rep + 1))
         steps = np.asarray(steps)  # blocks
-        if rep:  # the first timed call re-used the compile; drop it anyway
-            out.append(1e3 * (time.perf_counter() - start) / float(steps.max(axis=1).sum()))
+        out.append(1e3 * (time.perf_counter() - start) * chains / float(steps.sum()))
     return float(np.median(out))
 
 
 def sample(logdensity, u0, num_warmup: int, num_results: int, depth: int, seed: int = 0):
-    """Dual-averaging warm-up, then draws; returns (draws [chain, draw, D], grads, step)."""
+    """Dual-averaging warm-up, then draws.
+
+    Returns ``(draws [chain, draw, D], gradients of all chains after warm-up,
+    mean leapfrog steps per transition of the longest chain, step size)``.
+    """
     kernel = _kernel()
     chains = u0.shape[0]
-    inv_mass = jnp.ones(u0.shape[1:], jnp.float32)
+    inv_mass = jnp.ones(int(np.prod(u0.shape[1:])), jnp.float32)
     da_init, da_update, _ = dual_averaging_adaptation(0.8)
 
     def transition(states, key, step_size):
-        keys = jax.random.split(key, chains)
-        return jax.vmap(lambda k, st: kernel(k, st, logdensity, step_size, inv_mass, depth))(
-            keys, states
-        )
+        def step(key, state):
+            return kernel(key, state, logdensity, step_size, inv_mass, depth)
+
+        return _chains(step, states, jax.random.split(key, chains))
 
     @jax.jit
     def warmup(states, key):
@@ -155,7 +178,7 @@ def sample(logdensity, u0, num_warmup: int, num_results: int, depth: int, seed: 
     def draws(states, key, step_size):
         def one(states, key):
             states, info = transition(states, key, step_size)
-            return states, (states.position.reshape(chains, -1), info.num_integration_steps)
+            return states, (states.position, info.num_integration_steps)
 
         return jax.lax.scan(one, states, jax.random.split(key, num_results))[1]
 

@@ -700,3 +700,20 @@ def test_benchmark_script_runs_on_tiny_sizes():
     )
     assert set(out["resonance"]) >= {"TFP 0.25 NUTS", "StanNUTS"}
     assert len(out["speed"]) == 6
+
+
+@pytest.mark.slow
+def test_field_benchmark_script_runs_on_tiny_sizes(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # it imports sampling.py
+    spec = importlib.util.spec_from_file_location(
+        "nuts_field", REPO / "benchmarks" / "nuts_field.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = module.main(
+        ["--n", "8", "--chains", "2", "--speed-steps", "2", "--repeats", "1"]
+        + ["--burnin", "10", "--results", "10", "--max-depth", "4", "--no-peers"]
+    )
+    assert len(out["speed"]) == 2 and all(v > 0 for v in out["speed"].values())
+    assert set(out["ess"]) == {"fieldnuts", "nuts"}
+    assert all(r["grads_per_ess"] > 0 for r in out["ess"].values())
