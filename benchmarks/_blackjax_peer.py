@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import time
 
+import blackjax
 import jax
 import jax.numpy as jnp
 import numpy as np
 from blackjax.adaptation.step_size import dual_averaging_adaptation
 from blackjax.mcmc import nuts
+
+VERSION = blackjax.__version__
 
 
 def make_logdensity(model, data, scale: np.ndarray):

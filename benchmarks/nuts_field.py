@@ -104,7 +104,7 @@ def speed(model, data, args) -> dict:
     out = {name: statistics.median(v) for name, v in per_grad.items()}
     if peer is not None and args.peers:
         logdensity, _ = _peer_target(model, data, target, u_typ)
-        out["BlackJAX 1.7 NUTS"] = peer.ms_per_gradient(
+        out[f"BlackJAX {peer.VERSION} NUTS"] = peer.ms_per_gradient(
             logdensity,
             u_typ.numpy(),
             args.step_size,
