@@ -9,7 +9,7 @@ TensorFlow target before anything is timed.
 
 BlackJAX runs with an identity metric (the coordinates are already whitened), Stan's
 dual averaging of one step size shared by the chains (their mean acceptance, as TFP's
-wrapper). Its chains run one after another (``lax.map``; see `_chains` for why not
+wrapper). Its chains run one after another (``lax.map``; see `_transition` for why not
 ``vmap``), so its time per gradient of the batch is its time per chain-gradient times
 the number of chains.
 """
@@ -97,42 +97,45 @@ def check_against(logdensity, tf_target, u: np.ndarray, seed: int = 0) -> tuple[
     return lp_err, g_err
 
 
-def _kernel():
-    return nuts.build_kernel()
-
-
 def _init(logdensity, u0):
     flat = jnp.asarray(u0).reshape(u0.shape[0], -1)
     return jax.vmap(lambda u: nuts.init(u, logdensity))(flat)
 
 
-def _chains(kernel_step, states, keys):
-    """Run ``kernel_step(key, state)`` for every chain, one chain after another.
+def _transition(logdensity, u0, depth: int):
+    """``transition(states, key, step_size) -> (states, info)`` for all chains.
 
-    Not ``vmap``: under ``vmap`` BlackJAX's iterative NUTS turns every while-loop
-    update of its ``[max_num_doublings, D]`` momentum checkpoints into a select over
-    the whole array, which at 64³ made it more than ten times slower per gradient.
+    The chains run one after another (``lax.map``), not under ``vmap``: there
+    BlackJAX's iterative NUTS turns every while-loop update of its
+    ``[max_num_doublings, D]`` momentum checkpoints into a select over the whole
+    array, which at 64³ made it more than ten times slower per gradient.
     """
-    return jax.lax.map(lambda a: kernel_step(*a), (keys, states))
+    kernel = nuts.build_kernel()
+    chains = u0.shape[0]
+    inv_mass = jnp.ones(int(np.prod(u0.shape[1:])), jnp.float32)
+
+    def transition(states, key, step_size):
+        def step(key, state):
+            return kernel(key, state, logdensity, step_size, inv_mass, depth)
+
+        keys = jax.random.split(key, chains)
+        return jax.lax.map(lambda a: step(*a), (keys, states))
+
+    return transition
 
 
 def ms_per_gradient(logdensity, u0, step_size: float, num_steps: int, repeats: int, depth: int):
     """Median ms per gradient of the batch of chains, ``num_steps`` transitions at a fixed step.
 
-    The chains run one after another (see `_chains`), so the time per gradient of the
-    batch is the time per chain-gradient times the number of chains.
+    The chains run one after another (see `_transition`), so the time per gradient of
+    the batch is the time per chain-gradient times the number of chains.
     """
-    kernel = _kernel()
-    chains = u0.shape[0]
-    inv_mass = jnp.ones(int(np.prod(u0.shape[1:])), jnp.float32)
-
-    def step(key, state):
-        return kernel(key, state, logdensity, step_size, inv_mass, depth)
+    transition = _transition(logdensity, u0, depth)
 
     @jax.jit
     def run(states, key):
         def one(states, key):
-            states, info = _chains(step, states, jax.random.split(key, chains))
+            states, info = transition(states, key, step_size)
             return states, info.num_integration_steps
 
         return jax.lax.scan(one, states, jax.random.split(key, num_steps))
@@ -143,26 +146,17 @@ def ms_per_gradient(logdensity, u0, step_size: float, num_steps: int, repeats: i
         start = time.perf_counter()
         _, steps = run(states, jax.random.PRNGKey(rep + 1))
         steps = np.asarray(steps)  # blocks
-        out.append(1e3 * (time.perf_counter() - start) * chains / float(steps.sum()))
+        out.append(1e3 * (time.perf_counter() - start) * u0.shape[0] / float(steps.sum()))
     return float(np.median(out))
 
 
 def sample(logdensity, u0, num_warmup: int, num_results: int, depth: int, seed: int = 0):
     """Dual-averaging warm-up, then draws.
 
-    Returns ``(draws [chain, draw, D], gradients of all chains after warm-up,
-    mean leapfrog steps per transition of the longest chain, step size)``.
+    Returns ``(draws [chain, draw, D], leapfrog steps [draw, chain], step size)``.
     """
-    kernel = _kernel()
-    chains = u0.shape[0]
-    inv_mass = jnp.ones(int(np.prod(u0.shape[1:])), jnp.float32)
+    transition = _transition(logdensity, u0, depth)
     da_init, da_update, _ = dual_averaging_adaptation(0.8)
-
-    def transition(states, key, step_size):
-        def step(key, state):
-            return kernel(key, state, logdensity, step_size, inv_mass, depth)
-
-        return _chains(step, states, jax.random.split(key, chains))
 
     @jax.jit
     def warmup(states, key):
@@ -189,5 +183,4 @@ def sample(logdensity, u0, num_warmup: int, num_results: int, depth: int, seed: 
     states, step_size = warmup(_init(logdensity, u0), key_warm)
     positions, steps = draws(states, key_draw, step_size)
     positions = np.moveaxis(np.asarray(positions), 0, 1)  # chain, draw, D
-    steps = np.asarray(steps)
-    return positions, int(steps.sum()), float(steps.max(axis=1).mean()), float(step_size)
+    return positions, np.asarray(steps), float(step_size)

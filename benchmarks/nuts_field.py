@@ -31,12 +31,15 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
+from nuts_resonance import _sampler, _steps  # noqa: E402
 from sampling import build, run_one  # noqa: E402
 
 from fieldhmc.diagnostics import ess_bulk  # noqa: E402
@@ -49,61 +52,63 @@ except ImportError:
     peer = None
 
 
-def whitened_target(model, data, chains: int):
-    """``(target_log_prob_fn, u0)``: the posterior-metric whitened target and a start."""
+class Setup(NamedTuple):
+    """The whitened target, its per-coordinate scale and a start for the chains."""
+
+    target: Callable  # u -> float32 log density minus a per-chain reference
+    scale: np.ndarray  # M^{-1/2} of the posterior metric, float32
+    u0: tf.Tensor  # a prior draw, whitened
+
+
+def whitened_target(model, data, chains: int) -> Setup:
+    """The posterior-metric whitened target and a prior-draw start."""
     scale = (1.0 / np.sqrt(model.posterior_precision_diag(data))).astype(np.float32)
     x0 = np.asarray(model.init_latents("prior", chains, seed=stateless_seed(1))[0])
     target64 = model.target_log_prob_fn(data)
     reference = target64(tf.constant(x0))
     fn = whiten(target64, [tf.constant(scale)], reference, tf.float32)
-    return fn, tf.constant(x0 / scale, tf.float32)
+    return Setup(fn, scale, tf.constant(x0 / scale, tf.float32))
 
 
-def _compiled(kernel, num_results: int, trace_fn):
-    @tf.function(jit_compile=True, autograph=False)
-    def run(u, seed):
-        states, steps = tfp.mcmc.sample_chain(
-            num_results, u, kernel=kernel, seed=seed, trace_fn=trace_fn
-        )
-        return states[-1], steps
-
-    def call(u, seed):
-        state, steps = run(u, seed)
-        state.numpy()
-        return steps.numpy()
-
-    return call
-
-
-def speed(model, data, args) -> dict:
-    target, u0 = whitened_target(model, data, args.chains)
+def typical_start(setup: Setup, args) -> tf.Tensor:
+    """The state after 30 transitions of our NUTS from the prior draw (the typical set)."""
     eps = tf.constant(args.step_size, tf.float32)
-    ours = _compiled(
-        StanNUTS(target, eps, max_tree_depth=args.max_depth),
-        args.speed_steps,
+
+    @tf.function(jit_compile=True, autograph=False)
+    def burn(u, seed):
+        kernel = StanNUTS(setup.target, eps, max_tree_depth=args.max_depth)
+        return tfp.mcmc.sample_chain(30, u, kernel=kernel, seed=seed, trace_fn=None)[-1]
+
+    return burn(setup.u0, tf.constant([7, 7]))
+
+
+def speed(model, data, setup: Setup, u_typ: tf.Tensor, args) -> dict:
+    target = setup.target
+    eps = tf.constant(args.step_size, tf.float32)
+    ours = _sampler(
+        lambda e: StanNUTS(target, e, max_tree_depth=args.max_depth),
         lambda _, r: r.num_leapfrog_steps,
-    )
-    # Start in the typical set (u0 is a prior draw): 30 transitions of our NUTS first.
-    u_typ = tf.constant(_last_state(target, eps, args, u0))
-    steps = ours(u_typ, tf.constant([0, 1]))  # compile; sets HMC's length
-    num_leapfrog = max(1, round(float(steps.max(axis=1).mean())))
-    hmc = _compiled(
-        tfp.mcmc.HamiltonianMonteCarlo(target, eps, num_leapfrog),
         args.speed_steps,
-        lambda _, r: tf.fill(tf.shape(r.log_accept_ratio), num_leapfrog),
     )
-    hmc(u_typ, tf.constant([0, 1]))  # compile
+    steps = _steps(ours, u_typ, eps, tf.constant([0, 1]))  # compile; sets HMC's length
+    num_leapfrog = max(1, round(float(steps.max(axis=1).mean())))
+    hmc = _sampler(
+        lambda e: tfp.mcmc.HamiltonianMonteCarlo(target, e, num_leapfrog),
+        lambda _, r: tf.fill(tf.shape(r.log_accept_ratio), num_leapfrog),
+        args.speed_steps,
+    )
+    _steps(hmc, u_typ, eps, tf.constant([0, 1]))  # compile
     candidates = {"fieldnuts": ours, f"TFP HMC (L={num_leapfrog})": hmc}
     per_grad = {name: [] for name in candidates}
     for rep in range(args.repeats):  # round-robin, to share the machine's load fairly
         for name, run in candidates.items():
             start = time.perf_counter()
-            steps = run(u_typ, tf.constant([5, rep]))
+            steps = _steps(run, u_typ, eps, tf.constant([5, rep]))
             elapsed = time.perf_counter() - start
             per_grad[name].append(1e3 * elapsed / float(steps.max(axis=1).sum()))
     out = {name: statistics.median(v) for name, v in per_grad.items()}
     if peer is not None and args.peers:
-        logdensity, _ = _peer_target(model, data, target, u_typ)
+        logdensity = _peer_target(model, data, setup, u_typ)
         out[f"BlackJAX {peer.VERSION} NUTS"] = peer.ms_per_gradient(
             logdensity,
             u_typ.numpy(),
@@ -115,29 +120,27 @@ def speed(model, data, args) -> dict:
     return out
 
 
-def _peer_target(model, data, tf_target, u):
+def _peer_target(model, data, setup: Setup, u):
     """The JAX port of the whitened target, checked against TensorFlow's first."""
-    scale = (1.0 / np.sqrt(model.posterior_precision_diag(data))).astype(np.float32)
-    logdensity = peer.make_logdensity(model, data, scale)
-    lp_err, g_err = peer.check_against(logdensity, tf_target, np.asarray(u))
+    logdensity = peer.make_logdensity(model, data, setup.scale)
+    lp_err, g_err = peer.check_against(logdensity, setup.target, np.asarray(u))
     print(
         f"JAX port vs TensorFlow: max rel. error of log-density differences {lp_err:.1e}, "
         f"of gradients {g_err:.1e}"
     )
     if lp_err > 1e-3 or g_err > 1e-4:
         raise RuntimeError("the JAX port of the model disagrees with TensorFlow's")
-    return logdensity, scale
+    return logdensity
 
 
-def fixed_steps(model, data, args) -> dict:
+def fixed_steps(setup: Setup, u_typ: tf.Tensor, args) -> dict:
     """Gradients per ESS of both NUTS at fixed step sizes, from the typical set.
 
     Dual averaging lands on one step size; TFP's U-turn check fails at others (at
     64³ it runs to the maximum depth at 0.1 and 0.2). Each sampler takes
     ``--fixed-draws`` transitions from the same start in the typical set.
     """
-    target, u0 = whitened_target(model, data, args.chains)
-    u_typ = tf.constant(_last_state(target, tf.constant(args.step_size, tf.float32), args, u0))
+    target = setup.target
     out = {}
     for eps in args.fixed_steps:
         e = tf.constant(eps, tf.float32)
@@ -163,15 +166,7 @@ def fixed_steps(model, data, args) -> dict:
             start = time.perf_counter()
             states, steps = (t.numpy() for t in run(u_typ, tf.constant([3, 4])))
             draws = np.moveaxis(states, 0, 1).reshape(args.chains, args.fixed_draws, -1)
-            ess_all = ess_bulk(draws)
-            r = {
-                "leapfrogs": float(steps.max(axis=1).mean()),
-                "min_ess": float(np.min(ess_all)),
-                "median_ess": float(np.median(ess_all)),
-                "grads_per_ess": float(steps.sum()) / float(np.min(ess_all)),
-                "step_size": eps,
-                "seconds": time.perf_counter() - start,
-            }
+            r = _ess_row(draws, steps, eps, time.perf_counter() - start)
             out[(eps, kind)] = r
             _print_ess_row(kind, r)
         ratio = out[(eps, "nuts")]["grads_per_ess"] / out[(eps, "fieldnuts")]["grads_per_ess"]
@@ -179,21 +174,7 @@ def fixed_steps(model, data, args) -> dict:
     return out
 
 
-def _last_state(target, eps, args, u0) -> np.ndarray:
-    @tf.function(jit_compile=True, autograph=False)
-    def burn(u, seed):
-        return tfp.mcmc.sample_chain(
-            30,
-            u,
-            kernel=StanNUTS(target, eps, max_tree_depth=args.max_depth),
-            seed=seed,
-            trace_fn=None,
-        )[-1]
-
-    return burn(u0, tf.constant([7, 7])).numpy()
-
-
-def ess(model, data, args) -> dict:
+def ess(model, data, setup: Setup, args) -> dict:
     out = {}
     for kind in args.kinds:
         start = time.perf_counter()
@@ -202,23 +183,34 @@ def ess(model, data, args) -> dict:
         out[kind] = r
         _print_ess_row(kind, r)
     if peer is not None and args.peers:
-        target, u0 = whitened_target(model, data, args.chains)
-        logdensity, _ = _peer_target(model, data, target, u0)
+        logdensity = _peer_target(model, data, setup, setup.u0)
         start = time.perf_counter()
-        positions, grads, leapfrogs, step = peer.sample(
-            logdensity, u0.numpy(), args.burnin, args.results, args.max_depth
+        positions, steps, step = peer.sample(
+            logdensity, setup.u0.numpy(), args.burnin, args.results, args.max_depth
         )
-        ess_all = ess_bulk(positions)
-        out["blackjax"] = r = {
-            "leapfrogs": leapfrogs,
-            "min_ess": float(np.min(ess_all)),
-            "median_ess": float(np.median(ess_all)),
-            "grads_per_ess": grads / float(np.min(ess_all)),
-            "step_size": step,
-            "seconds": time.perf_counter() - start,
-        }
+        out["blackjax"] = r = _ess_row(positions, steps, step, time.perf_counter() - start)
         _print_ess_row("BlackJAX", r)
     return out
+
+
+def _ess_row(draws: np.ndarray, steps: np.ndarray, step_size: float, seconds: float) -> dict:
+    """A table row from draws ``[chain, draw, D]`` and leapfrog counts ``[draw, chain]``."""
+    ess_all = ess_bulk(draws)
+    return {
+        "leapfrogs": float(steps.max(axis=1).mean()),  # of the longest chain, per draw
+        "min_ess": float(np.min(ess_all)),
+        "median_ess": float(np.median(ess_all)),
+        "grads_per_ess": float(steps.sum()) / float(np.min(ess_all)),  # all chains
+        "step_size": step_size,
+        "seconds": seconds,
+    }
+
+
+def _print_ess_header() -> None:
+    print(
+        f"{'kernel':>9} | {'leapfrog/it':>11} {'min ESS':>8} {'median ESS':>10} "
+        f"{'grads/ESS':>9} {'step':>9} {'seconds':>8}"
+    )
 
 
 def _print_ess_row(kind: str, r: dict) -> None:
@@ -260,9 +252,11 @@ def main(argv: list[str] | None = None) -> dict:
         f"{args.n}³ Gaussian model, whitened by the posterior metric, {args.chains} chains, "
         f"float32, XLA; TF {tf.__version__}, TFP {tfp.__version__}"
     )
+    setup = whitened_target(model, data, args.chains)
+    u_typ = typical_start(setup, args) if {"speed", "fixed"} & set(args.part) else None
     results = {}
     if "speed" in args.part:
-        results["speed"] = rows = speed(model, data, args)
+        results["speed"] = rows = speed(model, data, setup, u_typ, args)
         print(
             f"\nms per gradient (batched), step size {args.step_size}, "
             f"{args.speed_steps} transitions per run, median of {args.repeats}"
@@ -279,11 +273,8 @@ def main(argv: list[str] | None = None) -> dict:
             f"\n{args.burnin} warm-up + {args.results} draws, max tree depth {args.max_depth}, "
             "dual averaging to accept 0.8"
         )
-        print(
-            f"{'kernel':>9} | {'leapfrog/it':>11} {'min ESS':>8} {'median ESS':>10} "
-            f"{'grads/ESS':>9} {'step':>9} {'seconds':>8}"
-        )
-        results["ess"] = out = ess(model, data, args)
+        _print_ess_header()
+        results["ess"] = out = ess(model, data, setup, args)
         ours = out["fieldnuts"]["grads_per_ess"]
         if "nuts" in out:
             print(
@@ -300,11 +291,8 @@ def main(argv: list[str] | None = None) -> dict:
             f"\nfixed step sizes, {args.fixed_draws} draws from the typical set, "
             f"max tree depth {args.max_depth}"
         )
-        print(
-            f"{'kernel':>9} | {'leapfrog/it':>11} {'min ESS':>8} {'median ESS':>10} "
-            f"{'grads/ESS':>9} {'step':>9} {'seconds':>8}"
-        )
-        results["fixed"] = fixed_steps(model, data, args)
+        _print_ess_header()
+        results["fixed"] = fixed_steps(setup, u_typ, args)
     return results
 
 
