@@ -710,8 +710,9 @@ def field_convergence(
     ----------
     field_draws : array_like, float, shape (chain, draw, n0, n1, n2)
         Real-space field draws (typically thinned). The half-spectrum modes are computed
-        once with ``numpy.fft.rfftn`` (about one extra copy of the draws in memory); the
-        statistics are then computed in chunks of ~2M values.
+        once with ``scipy.fft.rfftn`` in the draws' precision (complex64 for float32
+        draws: about one extra copy of the draws in memory); the statistics are then
+        computed in chunks of ~2M values.
     kbin_index : array_like of int, shape (n0, n1, n2 // 2 + 1)
         k-bin of each half-spectrum mode; ``-1`` excludes it.
     nbins : int
@@ -735,7 +736,9 @@ def field_convergence(
     x = np.asarray(field_draws)
     if x.ndim != 5:
         raise ValueError(f"field_draws must have shape (chain, draw, n0, n1, n2), got {x.shape}")
-    modes = np.fft.rfftn(x, axes=(-3, -2, -1))
+    # scipy keeps single precision (complex64 modes for float32 draws, half of NumPy's
+    # complex128) and uses both cores.
+    modes = sp_fft.rfftn(x, axes=(-3, -2, -1), workers=-1)
     out = mode_convergence(
         modes,
         kbin_index,
@@ -1093,6 +1096,7 @@ def coverage(
     labels: ArrayLike | None = None,
     num_labels: int | None = None,
     sample_ndim: int = 2,
+    chunk_size: int | None = None,
 ) -> dict[str, Any]:
     """Fraction of truth values inside central posterior intervals.
 
@@ -1116,6 +1120,9 @@ def coverage(
         Number of groups (default ``labels.max() + 1``).
     sample_ndim : int, default 2
         Number of leading sample axes in ``draws``.
+    chunk_size : int, optional
+        Elements per chunk for the quantiles (default: ~2M values per chunk), so that
+        large field draws are never copied whole.
 
     Returns
     -------
@@ -1130,13 +1137,22 @@ def coverage(
             (np.asarray(lo, float), np.asarray(hi, float)) for lo, hi in draws_or_intervals.values()
         ]
     else:
-        d = np.asarray(draws_or_intervals, dtype=float)
+        d = np.asarray(draws_or_intervals)
         if d.shape[sample_ndim:] != t.shape:
             raise ValueError(f"draws shape {d.shape} does not end with truth shape {t.shape}")
-        samples = d.reshape((-1,) + t.shape)
         probs = [float(p) for p in probs]
         qs = [q for p in probs for q in ((1.0 - p) / 2.0, (1.0 + p) / 2.0)]
-        quant = np.quantile(samples, qs, axis=0)
+        # Quantiles in chunks of elements: no float64 copy of all draws (field draws
+        # can be most of the machine's memory). Flattening only the event axes keeps a
+        # view of e.g. a (draw, chain) -> (chain, draw) swapaxes.
+        events = d.reshape(d.shape[:sample_ndim] + (-1,))
+        num_samples = math.prod(d.shape[:sample_ndim])
+        step = chunk_size or max(1, _CHUNK_ELEMENTS // max(1, num_samples))
+        quant = np.empty((len(qs), t.size))
+        for start in range(0, t.size, step):
+            block = events[..., start : start + step].reshape(num_samples, -1)
+            quant[:, start : start + step] = np.quantile(block.astype(float), qs, axis=0)
+        quant = quant.reshape((len(qs),) + t.shape)
         bounds = [(quant[2 * i], quant[2 * i + 1]) for i in range(len(probs))]
     inside = np.stack([(lo <= t) & (t <= hi) for lo, hi in bounds], axis=-1)
     inside = inside.reshape(-1, len(probs)).astype(float)
