@@ -150,13 +150,21 @@ def ms_per_gradient(logdensity, u0, step_size: float, num_steps: int, repeats: i
     return float(np.median(out))
 
 
-def sample(logdensity, u0, num_warmup: int, num_results: int, depth: int, seed: int = 0):
-    """Dual-averaging warm-up, then draws.
+def sample(
+    logdensity,
+    u0,
+    num_warmup: int,
+    num_results: int,
+    depth: int,
+    seed: int = 0,
+    target_accept: float = 0.8,
+):
+    """Dual-averaging warm-up (to ``target_accept``), then draws.
 
     Returns ``(draws [chain, draw, D], leapfrog steps [draw, chain], step size)``.
     """
     transition = _transition(logdensity, u0, depth)
-    da_init, da_update, _ = dual_averaging_adaptation(0.8)
+    da_init, da_update, _ = dual_averaging_adaptation(target_accept)
 
     @jax.jit
     def warmup(states, key):

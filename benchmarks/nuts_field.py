@@ -186,7 +186,12 @@ def ess(model, data, setup: Setup, args) -> dict:
         logdensity = _peer_target(model, data, setup, setup.u0)
         start = time.perf_counter()
         positions, steps, step = peer.sample(
-            logdensity, setup.u0.numpy(), args.burnin, args.results, args.max_depth
+            logdensity,
+            setup.u0.numpy(),
+            args.burnin,
+            args.results,
+            args.max_depth,
+            target_accept=args.target_accept,
         )
         out["blackjax"] = r = _ess_row(positions, steps, step, time.perf_counter() - start)
         _print_ess_row("BlackJAX", r)
@@ -236,6 +241,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--results", type=int, default=200, help="ess part")
     parser.add_argument("--kinds", nargs="+", default=["fieldnuts", "nuts"], help="ess part")
     parser.add_argument(
+        "--target-accept", type=float, default=0.8, help="ess part: dual-averaging target"
+    )
+    parser.add_argument(
         "--fixed-steps", type=float, nargs="+", default=[0.1, 0.2], help="fixed part"
     )
     parser.add_argument("--fixed-draws", type=int, default=20, help="fixed part")
@@ -271,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "ess" in args.part:
         print(
             f"\n{args.burnin} warm-up + {args.results} draws, max tree depth {args.max_depth}, "
-            "dual averaging to accept 0.8"
+            f"dual averaging to accept {args.target_accept}"
         )
         _print_ess_header()
         results["ess"] = out = ess(model, data, setup, args)

@@ -90,6 +90,7 @@ def run_one(
         num_leapfrog_steps=args.leapfrog,
         jitter_leapfrog=True,
         max_tree_depth=args.max_depth,
+        target_accept_prob=getattr(args, "target_accept", None),  # None: the kind's default
         step_size=step_size or 0.1,
         chunk_size=50,
         field_thin=1,
