@@ -713,6 +713,7 @@ def test_field_benchmark_script_runs_on_tiny_sizes(monkeypatch):
     out = module.main(
         ["--n", "8", "--chains", "2", "--speed-steps", "2", "--repeats", "1"]
         + ["--burnin", "10", "--results", "10", "--max-depth", "4", "--no-peers"]
+        + ["--target-accept", "0.7"]
     )
     assert len(out["speed"]) == 2 and all(v > 0 for v in out["speed"].values())
     assert set(out["ess"]) == {"fieldnuts", "nuts"}
