@@ -1150,8 +1150,9 @@ def coverage(
         step = chunk_size or max(1, _CHUNK_ELEMENTS // max(1, num_samples))
         quant = np.empty((len(qs), t.size))
         for start in range(0, t.size, step):
-            block = events[..., start : start + step].reshape(num_samples, -1)
-            quant[:, start : start + step] = np.quantile(block.astype(float), qs, axis=0)
+            # astype makes the one (contiguous) copy; the reshape is then a view
+            block = events[..., start : start + step].astype(float).reshape(num_samples, -1)
+            quant[:, start : start + step] = np.quantile(block, qs, axis=0)
         quant = quant.reshape((len(qs),) + t.shape)
         bounds = [(quant[2 * i], quant[2 * i + 1]) for i in range(len(probs))]
     inside = np.stack([(lo <= t) & (t <= hi) for lo, hi in bounds], axis=-1)
