@@ -2,6 +2,7 @@
 
 import os
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,3 +60,16 @@ def test_overwrite_is_atomic_and_keeps_no_temporary(tmp_path, umask):
         io.atomic_write(path, failing)
     assert path.read_text() == '{\n  "a": 1\n}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+
+
+def test_config_yaml_of_a_run_follows_the_umask(tmp_path, umask, monkeypatch):
+    from fieldhmc import config as cfg
+    from fieldhmc import workflow
+
+    monkeypatch.setattr(workflow, "_versions", lambda: {"fieldhmc": "test"})
+    umask(0o022)
+    config = cfg.load_config(Path(__file__).parents[1] / "configs" / "quickstart.yaml")
+    run = io.RunDirectory(tmp_path)
+    workflow._write_config(run, config)
+    assert _mode(run.config) == 0o644
+    assert cfg.read_yaml(run.config)["versions"] == {"fieldhmc": "test"}
