@@ -28,9 +28,11 @@ def kbins() -> np.ndarray:
     return kbin_grid(GRID, NBINS)
 
 
-def gaussian_modes(rng: np.random.Generator, rho: float = 0.0) -> np.ndarray:
+def gaussian_modes(
+    rng: np.random.Generator, rho: float = 0.0, grid: tuple[int, int, int] = GRID
+) -> np.ndarray:
     """Independent (AR(1) along the draws if rho != 0) complex Gaussian modes."""
-    shape = (CHAINS, DRAWS, GRID[0], GRID[1], GRID[2] // 2 + 1)
+    shape = (CHAINS, DRAWS, grid[0], grid[1], grid[2] // 2 + 1)
     if rho:
         return ar1(rng, rho, shape) + 1j * ar1(rng, rho, shape)
     return rng.normal(size=shape) + 1j * rng.normal(size=shape)
@@ -40,8 +42,8 @@ def field_warnings(out: dict) -> list[str]:
     return [w for w in diag.build_summary(field=out)["warnings"] if "field-mode" in w]
 
 
-def converge(modes: np.ndarray, kbins: np.ndarray) -> dict:
-    return diag.mode_convergence(modes, kbins, NBINS, GRID, num_worst=2000)
+def converge(modes: np.ndarray, kbins: np.ndarray, grid: tuple[int, int, int] = GRID) -> dict:
+    return diag.mode_convergence(modes, kbins, NBINS, grid, num_worst=2000)
 
 
 # --------------------------------------------------------------------------------------
@@ -52,7 +54,7 @@ def converge(modes: np.ndarray, kbins: np.ndarray) -> dict:
 # Seed 0 of this generator raises a one-mode false alarm (p = 1.3e-7 against the BH bound
 # 0.01 / 32767 = 3.1e-7): at a 1% false-alarm rate that happens. Seeds 1000-1019 (the
 # population of the slow test below, iid) gave no alarm.
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_independent_gaussian_draws_raise_no_field_warning(kbins, seed):
     out = converge(gaussian_modes(np.random.default_rng(seed)), kbins)
     assert out["overall"]["num_values"] == 32767
@@ -65,7 +67,7 @@ def test_independent_gaussian_draws_raise_no_field_warning(kbins, seed):
 def test_pvalues_of_converged_modes_are_uniform():
     """Calibration in the tail the BH test uses: P(p < a) = a down to a = 1e-3, for
     independent, autocorrelated (ESS = N/4) and antithetic (ESS = 1.9 N) chains."""
-    grid = (16, 32, 32)
+    grid = (8, 32, 32)  # 8,176 values per case
     kbins = kbin_grid(grid, NBINS)
     flat_index, parts = diag.modes._select_values(kbins, NBINS, grid)
     labels = kbins.reshape(-1)[flat_index]
@@ -73,7 +75,7 @@ def test_pvalues_of_converged_modes_are_uniform():
     p = []
     for rho in (0.0, 0.6, -0.3):
         shape = (CHAINS, DRAWS) + grid[:2] + (grid[2] // 2 + 1,)
-        modes = ar1(rng, rho, shape) + 1j * ar1(rng, rho, shape)  # 16,368 values each
+        modes = ar1(rng, rho, shape) + 1j * ar1(rng, rho, shape)
         stat, _ = diag.modes._mode_statistics(modes, flat_index, parts, None)
         test = diag.modes._multiplicity_test(stat, labels, NBINS, (CHAINS, DRAWS), 0.01)
         p.append(test["p_value"])
@@ -108,27 +110,30 @@ def test_one_chain_shifted_in_five_percent_of_modes_is_found(kbins):
     assert f"k-bin {flagged[0]['kbin']}" in warning
 
 
-def test_a_chain_that_barely_moves_is_found_and_named(kbins):
+SMALL = (16, 16, 16)  # 4,095 values: the same code paths, a quarter of a second
+
+
+def test_a_chain_that_barely_moves_is_found_and_named():
     rng = np.random.default_rng(12)
-    modes = gaussian_modes(rng)
+    modes = gaussian_modes(rng, grid=SMALL)
     modes[2] = modes[2, :1] + 0.05 * modes[2]  # chain 2 stays near its first draw
-    out = converge(modes, kbins)
+    out = converge(modes, kbin_grid(SMALL, NBINS), SMALL)
     assert out["overall"]["num_flagged"] > 0.9 * out["overall"]["num_values"]
     (warning,) = field_warnings(out)
     assert "chain 2 is the outlier" in warning
 
 
-def test_a_frozen_chain_makes_every_mode_undefined(kbins):
+def test_a_frozen_chain_makes_every_mode_undefined():
     rng = np.random.default_rng(13)
-    modes = gaussian_modes(rng)
+    modes = gaussian_modes(rng, grid=SMALL)
     modes[1] = modes[1, :1]  # chain 1 never moves
-    out = converge(modes, kbins)
+    out = converge(modes, kbin_grid(SMALL, NBINS), SMALL)
     overall = out["overall"]
     assert overall["num_undefined"] == overall["num_values"]
     assert overall["frozen_per_chain"] == [0, overall["num_values"], 0, 0]
     assert math.isnan(overall["ess_bulk_median"]) and math.isnan(overall["r_hat_max"])
     (warning,) = field_warnings(out)
-    assert "undefined for 32767 of 32767" in warning and "chain(s) 1 never move" in warning
+    assert "undefined for 4095 of 4095" in warning and "chain(s) 1 never move" in warning
 
 
 # --------------------------------------------------------------------------------------
