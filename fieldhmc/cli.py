@@ -7,6 +7,12 @@ work. User errors (invalid config, refused overwrite, a ``ValueError`` or
 ``FileNotFoundError`` from the library) are printed as one line on stderr and
 give exit status 2; ``-v`` adds the traceback.
 
+A clean console: by default only fieldhmc's own lines reach the terminal. The CLI (never
+the library) sets ``TF_CPP_MIN_LOG_LEVEL=3`` before TensorFlow is imported, drops the
+INFO/WARNING lines that TensorFlow's C++ code writes to file descriptor 2 before its
+logging is initialised (which no environment variable silences: tensorflow#100442,
+abseil-cpp#1957), and ignores known third-party Python warnings. ``-v`` shows all of it.
+
 Examples
 --------
 >>> from fieldhmc.cli import main
@@ -16,11 +22,15 @@ ok: configs/quickstart.yaml: 32x32x32 grid, ...
 """
 
 import argparse
+import contextlib
 import logging
 import os
+import re
 import sys
+import threading
 import traceback
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +216,76 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# TensorFlow/absl C++ log lines below ERROR: "I0000 00:00:1796.2 6012 port.cc:153] ..." and
+# the older "2025-09-17 14:44:05.157831: I external/.../cudart_stub.cc:32] ..." form.
+_NATIVE_LOG_LINE = re.compile(
+    rb"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to "
+    rb"STDERR|[IW]\d{4} [\d:.]+\s+\d+ \S+:\d+\] |\d{4}-\d\d-\d\d [\d:.]+: [IW] \S+:\d+\] )"
+)
+# Third-party Python warnings that say nothing about the user's run.
+_THIRD_PARTY_WARNINGS = ((FutureWarning, r"\s*ArviZ is undergoing a major refactor"),)
+
+
+def _forward_native(read_fd: int, out_fd: int) -> None:
+    """Copy lines from ``read_fd`` to ``out_fd``, dropping TensorFlow's C++ chatter."""
+    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+        pending = b""
+        while chunk := pipe.read(65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            kept = [line + b"\n" for line in lines if not _NATIVE_LOG_LINE.match(line)]
+            if kept:
+                os.write(out_fd, b"".join(kept))
+        if pending and not _NATIVE_LOG_LINE.match(pending):
+            os.write(out_fd, pending)
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr() -> Iterator[None]:
+    """Route file descriptor 2 through :func:`_forward_native` for the duration.
+
+    Python's own ``sys.stderr`` (logging, the progress bar) keeps writing to the original
+    stream directly, so it stays a terminal when it was one.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    read_fd, write_fd = os.pipe()
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    thread = threading.Thread(target=_forward_native, args=(read_fd, saved), daemon=True)
+    thread.start()
+    swapped = sys.stderr is sys.__stderr__ and sys.__stderr__ is not None
+    if swapped:
+        sys.stderr = open(  # noqa: SIM115 -- closed below
+            os.dup(saved), "w", buffering=1, encoding=sys.__stderr__.encoding, errors="replace"
+        )
+    try:
+        yield
+    finally:
+        if swapped:
+            sys.stderr.flush()
+            for handler in logging.getLogger().handlers:
+                if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
+                    handler.setStream(sys.__stderr__)
+            sys.stderr.close()
+            sys.stderr = sys.__stderr__
+        os.dup2(saved, 2)  # closes the pipe's last write end: the reader sees EOF
+        thread.join(timeout=5)
+        os.close(saved)
+
+
+@contextlib.contextmanager
+def _clean_console(verbose: int) -> Iterator[None]:
+    """Silence TensorFlow's C++ logging and known third-party warnings unless ``-v``."""
+    if verbose > 0:
+        yield
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before anything imports TensorFlow
+    with warnings.catch_warnings(), _quiet_native_stderr():
+        for category, message in _THIRD_PARTY_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        yield
+
+
 def _configure_logging(verbose: int, quiet: bool) -> None:
     if quiet:
         level = logging.WARNING
@@ -329,13 +409,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     int
         Exit status: 0 on success, 2 for usage, configuration and data errors.
     """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed by argparse
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    _configure_logging(args.verbose, args.quiet)
+    with _clean_console(args.verbose):
+        _configure_logging(args.verbose, args.quiet)
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         return args.handler(args)
     except ConfigError as exc:  # already one line naming the key; no traceback

@@ -108,11 +108,19 @@ def prepare_run_directory(root: str | os.PathLike, overwrite: bool) -> RunDirect
     return run
 
 
+def _file_mode() -> int:
+    """Permissions a plain ``open(path, "w")`` would give: ``0o666`` minus the umask."""
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write(path: Path, write_fn: Callable[[Path], None]) -> Path:
     """Call ``write_fn(tmp)`` on a temporary file beside ``path``, fsync, rename.
 
     The directory entry is fsync'ed too, so a crash leaves either the old or the
-    new file, never a torn one.
+    new file, never a torn one. The file gets the permissions of any other output
+    (``0o666`` minus the umask), not the owner-only ``0o600`` of the temporary file.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,6 +129,7 @@ def atomic_write(path: Path, write_fn: Callable[[Path], None]) -> Path:
     tmp = Path(tmp)
     try:
         write_fn(tmp)
+        os.chmod(tmp, _file_mode())
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -152,7 +152,7 @@ def _write_data(run: io.RunDirectory, model, d: _Data) -> None:
 def _write_config(run: io.RunDirectory, config: cfg.Config) -> None:
     raw = config.to_dict()
     raw["versions"] = _versions()
-    cfg.write_yaml(raw, run.config)
+    io.write_text(run.config, cfg.dump_yaml(raw))  # atomic, and follows the umask
 
 
 def _read_config(run: io.RunDirectory) -> cfg.Config:

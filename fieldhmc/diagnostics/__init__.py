@@ -16,6 +16,12 @@ What comes from where
 * TFP's ``tfp.mcmc.effective_sample_size`` and ``potential_scale_reduction`` are neither
   rank-normalised nor split, and have no tail ESS; they are not used here.
 
+* Many quantities at once (field modes): :mod:`fieldhmc.diagnostics.multiplicity` tests
+  every mode's R-hat against its distribution for converged chains and controls the
+  false-alarm rate; the 1.01 rule is for single scalars only.
+* A quantity with a chain that never moves has undefined R-hat and ESS (ArviZ would count
+  it as fully effective).
+
 Conventions
 -----------
 Chains and draws are indexed from 0, like ArviZ's ``chain``/``draw`` coordinates, so
@@ -37,12 +43,14 @@ from fieldhmc.diagnostics.convergence import (
     autocorrelation,
     ess_bulk,
     ess_tail,
+    frozen_chains,
     mcse_mean,
     mcse_sd,
     rhat,
 )
-from fieldhmc.diagnostics.health import EBFMI_THRESHOLD, sampler_health
+from fieldhmc.diagnostics.health import EBFMI_THRESHOLD, STUCK_ACCEPTANCE, sampler_health
 from fieldhmc.diagnostics.modes import field_convergence, mode_convergence
+from fieldhmc.diagnostics.multiplicity import FIELD_FALSE_ALARM, benjamini_hochberg
 from fieldhmc.diagnostics.report import format_report
 from fieldhmc.diagnostics.scalars import summarize_scalars
 from fieldhmc.diagnostics.summary import build_summary, to_jsonable
@@ -57,9 +65,12 @@ from fieldhmc.diagnostics.truth import (
 
 __all__ = [
     "EBFMI_THRESHOLD",
+    "FIELD_FALSE_ALARM",
     "MIN_ESS_PER_CHAIN",
     "RHAT_THRESHOLD",
+    "STUCK_ACCEPTANCE",
     "autocorrelation",
+    "benjamini_hochberg",
     "build_summary",
     "coverage",
     "cross_correlation",
@@ -68,6 +79,7 @@ __all__ = [
     "ess_tail",
     "field_convergence",
     "format_report",
+    "frozen_chains",
     "mcse_mean",
     "mcse_sd",
     "mode_convergence",

@@ -27,6 +27,9 @@ MIN_ESS_PER_CHAIN = 100.0
 # autocovariance works on a zero-padded complex copy, so peak memory is ~10x this * 8 bytes.
 _CHUNK_ELEMENTS = 2**21
 
+# A chain's range below this times the quantity's magnitude counts as not moving.
+_FROZEN_RTOL = 1e-9
+
 
 # Internal layout: blocks are (column, chain, draw) C-contiguous, so that sorting and FFTs
 # run along the last (contiguous) axis.
@@ -40,27 +43,27 @@ def _split_chains(x: np.ndarray) -> np.ndarray:
 
 
 def _average_ranks(a: np.ndarray) -> np.ndarray:
-    """1-based ranks along the last axis, ties sharing their average rank.
+    """1-based ranks along the last axis of a 2-D array, ties sharing their average rank.
 
     Same as ``scipy.stats.rankdata(method="average")`` row by row (rows containing NaN
-    become NaN), but vectorised over rows.
+    become NaN), but vectorised over rows: runs of equal sorted values are found on the
+    flattened array (every row starts a run), so ties cost O(size) like the rest.
     """
-    size = a.shape[-1]
+    rows, size = a.shape
     order = np.argsort(a, axis=-1)
-    ordered = np.take_along_axis(a, order, axis=-1)
-    position = np.broadcast_to(np.arange(size), a.shape)
+    row_index = np.arange(rows)[:, None]
+    ordered = a[row_index, order]
     is_first = np.ones(a.shape, dtype=bool)
-    is_first[..., 1:] = ordered[..., 1:] != ordered[..., :-1]
+    is_first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
     if is_first.all():  # no ties: ordinal ranks
-        sorted_ranks = position + 1.0
+        sorted_ranks = np.arange(1.0, size + 1.0)
     else:
-        is_last = np.ones(a.shape, dtype=bool)
-        is_last[..., :-1] = is_first[..., 1:]
-        first = np.maximum.accumulate(np.where(is_first, position, 0), axis=-1)
-        last = np.minimum.accumulate(np.where(is_last, position, size - 1)[..., ::-1], axis=-1)
-        sorted_ranks = 0.5 * (first + last[..., ::-1]) + 1.0
+        starts = np.flatnonzero(is_first)
+        lengths = np.diff(starts, append=is_first.size)
+        average = starts % size + 0.5 * (lengths - 1) + 1.0
+        sorted_ranks = np.repeat(average, lengths).reshape(a.shape)
     ranks = np.empty(a.shape)
-    np.put_along_axis(ranks, order, sorted_ranks, axis=-1)
+    ranks[row_index, order] = sorted_ranks
     return np.where(np.isnan(a).any(axis=-1, keepdims=True), np.nan, ranks)
 
 
@@ -76,13 +79,27 @@ def _z_scale(x: np.ndarray) -> np.ndarray:
     return special.ndtri((ranks - 0.375) / (c * n + 0.25)).reshape(m, c, n)
 
 
-def _rhat_basic(x: np.ndarray) -> np.ndarray:
-    """Classic (non-split) potential scale reduction of each column of ``(m, chain, draw)``."""
+def _between_within(x: np.ndarray) -> np.ndarray:
+    """Between- to within-chain variance ratio :math:`B/W` of each column of ``(m, chain, draw)``.
+
+    With :math:`B = N\\,\\mathrm{var}(\bar\theta_j)` and :math:`W` the mean within-chain
+    variance; about 1 (times the integrated autocorrelation time) for mixed chains.
+    """
     n = x.shape[-1]
     between = n * x.mean(axis=-1).var(axis=-1, ddof=1)
     within = x.var(axis=-1, ddof=1).mean(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.sqrt((between / within + n - 1) / n)
+        return between / within
+
+
+def _rhat_from_ratio(ratio: np.ndarray, n: int) -> np.ndarray:
+    r""":math:`\hat R = \sqrt{(B/W + N - 1)/N}` for chains of ``n`` draws."""
+    return np.sqrt((ratio + n - 1) / n)
+
+
+def _rhat_basic(x: np.ndarray) -> np.ndarray:
+    """Classic (non-split) potential scale reduction of each column of ``(m, chain, draw)``."""
+    return _rhat_from_ratio(_between_within(x), x.shape[-1])
 
 
 def _autocov(x: np.ndarray) -> np.ndarray:
@@ -102,25 +119,25 @@ def _ess_basic(x: np.ndarray) -> np.ndarray:
 
     Notes
     -----
-    With :math:`\\hat\\rho_t` the multi-chain autocorrelation of [1]_ and pair sums
-    :math:`P_k = \\hat\\rho_{2k} + \\hat\\rho_{2k+1}`, the truncation pair :math:`K` is the
+    With :math:`\\hat\rho_t` the multi-chain autocorrelation of [1]_ and pair sums
+    :math:`P_k = \\hat\rho_{2k} + \\hat\rho_{2k+1}`, the truncation pair :math:`K` is the
     first :math:`k \\ge 1` with :math:`P_k \\le 0` (capped by the chain length), and
 
     .. math::
-        \\hat\\tau = -1 + 2 \\sum_{k<K} \\min_{j \\le k} P_j + \\hat\\rho_{2K}\\,
-        [P_K \\ge 0 \\lor \\hat\\rho_{2K} > 0],
-        \\qquad \\mathrm{ESS} = \\frac{M N}{\\max(\\hat\\tau, 1/\\log_{10}(M N))}
+        \\hat\tau = -1 + 2 \\sum_{k<K} \\min_{j \\le k} P_j + \\hat\rho_{2K}\\,
+        [P_K \\ge 0 \\lor \\hat\rho_{2K} > 0],
+        \\qquad \\mathrm{ESS} = \frac{M N}{\\max(\\hat\tau, 1/\\log_{10}(M N))}
 
     for :math:`M` chains of :math:`N` draws.
     """
-    m, c, n = x.shape
-    size = c * n
+    return _ess_from_autocov(x, _autocov(x))
+
+
+def _ess_from_autocov(x: np.ndarray, acov: np.ndarray) -> np.ndarray:
+    """:func:`_ess_basic` given ``acov = _autocov(x)``."""
+    _, c, n = x.shape
     with np.errstate(invalid="ignore"):
         value_range = np.ptp(x, axis=(1, 2))
-    is_nan = np.isnan(value_range)
-    is_const = value_range < np.finfo(float).resolution
-
-    acov = _autocov(x)
     mean_var = acov[..., 0].mean(axis=-1) * n / (n - 1.0)
     var_plus = mean_var * (n - 1.0) / n
     if c > 1:
@@ -128,7 +145,14 @@ def _ess_basic(x: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         rho = 1.0 - (mean_var[:, None] - acov.mean(axis=1)) / var_plus[:, None]  # (m, n)
     rho[:, 0] = 1.0
+    is_const = value_range < np.finfo(float).resolution
+    ess = np.where(is_const, float(c * n), c * n / _geyer_tau(rho, c * n))
+    return np.where(np.isnan(value_range), np.nan, ess)
 
+
+def _geyer_tau(rho: np.ndarray, size: int) -> np.ndarray:
+    """Integrated autocorrelation time from autocorrelations ``rho`` ``(m, n)`` (see above)."""
+    m, n = rho.shape
     kmax = max((n - 1) // 2 - 1, 0)
     pairs = rho[:, 0 : 2 * kmax + 2 : 2] + rho[:, 1 : 2 * kmax + 2 : 2]  # P_0 .. P_kmax
     if kmax >= 1:
@@ -144,9 +168,42 @@ def _ess_basic(x: np.ndarray) -> np.ndarray:
     pair_k = np.take_along_axis(pairs, big_k[:, None], axis=-1)[:, 0]
     last = np.where((pair_k >= 0.0) | (rho_even > 0.0), rho_even, 0.0)
     last = np.where(big_k == 0, 1.0, last)
-    tau = np.maximum(-1.0 + 2.0 * pair_sum + last, 1.0 / np.log10(size))
-    ess = np.where(is_const, float(size), size / tau)
-    return np.where(is_nan, np.nan, ess)
+    return np.maximum(-1.0 + 2.0 * pair_sum + last, 1.0 / np.log10(size))
+
+
+def _frozen_chains(x: np.ndarray) -> np.ndarray:
+    """``(m, chain)``: chains in which a column of ``(m, chain, draw)`` never changes.
+
+    "Never changes" allows the round-off of a float64 log density re-centred between
+    chunks: a range within the chain below ``_FROZEN_RTOL`` times the column's largest
+    magnitude. A float32 quantity that moves at all changes by at least its resolution.
+    """
+    with np.errstate(invalid="ignore"):
+        scale = np.max(np.abs(x), axis=(1, 2))
+        return np.ptp(x, axis=-1) <= _FROZEN_RTOL * scale[:, None]
+
+
+def frozen_chains(draws: ArrayLike) -> np.ndarray:
+    """Which chains never move, per quantity.
+
+    A chain whose draws of a quantity are all equal (a stuck sampler: acceptance 0, or a
+    quantity that cannot change) carries no information about its spread, so R-hat, ESS
+    and MCSE of that quantity are undefined (NaN) here, unlike ArviZ's convention of
+    counting a constant quantity as ``chain * draw`` effective samples.
+
+    Parameters
+    ----------
+    draws : array_like, shape (chain, draw, ...)
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (chain, ...)
+    """
+    x = np.asarray(draws, dtype=float)
+    if x.ndim < 2:
+        raise ValueError(f"draws must have shape (chain, draw, ...), got {x.shape}")
+    flat = np.moveaxis(x.reshape(x.shape[:2] + (-1,)), -1, 0)
+    return _frozen_chains(flat).T.reshape((x.shape[0],) + x.shape[2:])
 
 
 def _folded_rhat(split: np.ndarray) -> np.ndarray:
@@ -224,7 +281,8 @@ def _apply_columns(
     for start in range(0, m, step):
         stop = min(start + step, m)
         block = np.ascontiguousarray(flat[:, :, start:stop].transpose(2, 0, 1), dtype=float)
-        out[..., start:stop] = block_fn(block)
+        frozen = _frozen_chains(block).any(axis=-1)
+        out[..., start:stop] = np.where(frozen, np.nan, block_fn(block))
     return out.reshape(out_shape[:-1] + trailing)
 
 

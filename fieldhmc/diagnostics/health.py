@@ -16,6 +16,10 @@ from fieldhmc.diagnostics._text import _plural
 
 #: Default E-BFMI below which a chain is flagged (Betancourt 2016).
 EBFMI_THRESHOLD = 0.3
+#: Mean post-warm-up acceptance below which a chain counts as stuck (it never moves).
+STUCK_ACCEPTANCE = 0.01
+
+Check = tuple[Any, list[str]]  # (section of the health dict, warnings)
 
 
 def _ebfmi(energy: np.ndarray) -> np.ndarray:
@@ -32,6 +36,134 @@ def _ebfmi(energy: np.ndarray) -> np.ndarray:
 
 def _suggest_target(target: float) -> float:
     return round(min(0.99, 1.0 - (1.0 - target) / 2.0), 3)
+
+
+def _check_divergences(diverging: np.ndarray, target_accept_prob: float) -> Check:
+    div = diverging.astype(bool)
+    per_chain = div.sum(axis=1)
+    info = {
+        "total": int(per_chain.sum()),
+        "per_chain": [int(v) for v in per_chain],
+        "iterations": [[int(i) for i in np.flatnonzero(row)] for row in div],
+    }
+    suggestion = _suggest_target(target_accept_prob)
+    warnings = [
+        f"{_plural(int(count), 'divergent transition')} after warm-up in chain {chain} — "
+        f"consider target_accept_prob {suggestion:g} (smaller steps) or reparametrising; "
+        "divergent draws may be biased"
+        for chain, count in enumerate(per_chain)
+        if count
+    ]
+    return info, warnings
+
+
+def _check_ebfmi(energy: np.ndarray, threshold: float) -> Check:
+    ebfmi = _ebfmi(energy.astype(float))
+    low = [(chain, value) for chain, value in enumerate(ebfmi) if value < threshold]
+    warnings = []
+    if low:
+        which = ", ".join(f"{value:.2f} in chain {chain}" for chain, value in low)
+        warnings.append(
+            f"E-BFMI below {threshold:g} ({which}) — momentum resampling explores the energy "
+            "levels poorly; improve the preconditioner (mass matrix) or reparametrise"
+        )
+    return [float(v) for v in ebfmi], warnings
+
+
+def _check_acceptance(acceptance: np.ndarray, target: float, tolerance: float) -> Check:
+    acc = acceptance.astype(float).mean(axis=1)
+    stuck = [chain for chain, value in enumerate(acc) if value < STUCK_ACCEPTANCE]
+    info = {"mean": float(acc.mean()), "per_chain": [float(v) for v in acc], "stuck": stuck}
+    warnings = []
+    for chain, value in enumerate(acc):
+        if chain in stuck:
+            continue
+        if value < target - tolerance:
+            warnings.append(
+                f"mean acceptance {value:.2f} in chain {chain} is well below target_accept_prob "
+                f"{target:.2f} — step-size adaptation may not have converged; consider a "
+                "longer warm-up"
+            )
+        elif value > target + tolerance:
+            warnings.append(
+                f"mean acceptance {value:.2f} in chain {chain} is well above target_accept_prob "
+                f"{target:.2f} — the step size is smaller than needed (slow mixing); check the "
+                "step-size adaptation"
+            )
+    return info, warnings
+
+
+def _stuck_warnings(acceptance: Mapping[str, Any]) -> list[str]:
+    return [
+        f"chain {chain} is stuck: mean acceptance {acceptance['per_chain'][chain]:.3f} after "
+        "warm-up, so its draws repeat one state and are not samples — the step size is far "
+        "too large (or the chain started in a bad region); lower step_size or warm up longer"
+        for chain in acceptance["stuck"]
+    ]
+
+
+def _check_step_size(step_size: np.ndarray) -> Check:
+    eps = step_size.astype(float)
+    lo, hi = eps.min(axis=1), eps.max(axis=1)
+    constant = bool(np.all(hi - lo <= 1e-6 * np.abs(hi)))
+    info = {
+        "per_chain": [float(v) for v in eps.mean(axis=1)],
+        "min": float(eps.min()),
+        "max": float(eps.max()),
+        "is_constant": constant,
+    }
+    warnings = []
+    if not constant:
+        warnings.append(
+            "step size changes after warm-up — adaptation should stop before the draws that "
+            "are kept, otherwise the chain is not a valid Markov chain"
+        )
+    return info, warnings
+
+
+def _check_tree_depth(
+    depth: np.ndarray | None, reach_max: np.ndarray | None, max_tree_depth: int | None
+) -> Check:
+    if reach_max is not None:
+        saturated = reach_max.astype(bool)
+    elif max_tree_depth is not None and depth is not None:
+        saturated = depth >= max_tree_depth
+    else:
+        saturated = None
+    info: dict[str, Any] = {
+        "max_tree_depth": None if max_tree_depth is None else int(max_tree_depth),
+        "mean_per_chain": None
+        if depth is None
+        else [float(v) for v in depth.astype(float).mean(axis=1)],
+        "max_observed": None if depth is None else int(depth.max()),
+        "num_saturated_per_chain": None,
+        "fraction_saturated": None,
+    }
+    if saturated is None:
+        return info, []
+    sat = saturated.sum(axis=1)
+    info["num_saturated_per_chain"] = [int(v) for v in sat]
+    info["fraction_saturated"] = float(saturated.mean())
+    hit = [(chain, int(count)) for chain, count in enumerate(sat) if count]
+    if not hit:
+        return info, []
+    n = saturated.shape[1]
+    limit = "" if max_tree_depth is None else f" {max_tree_depth}"
+    which = ", ".join(f"{k} ({100.0 * k / n:.1f}%) in chain {chain}" for chain, k in hit)
+    return info, [
+        f"transitions that hit max_tree_depth{limit}: {which} — trajectories are cut short; "
+        "raise max_tree_depth or improve the preconditioner"
+    ]
+
+
+def _gradient_evals(n_steps: np.ndarray) -> dict[str, Any]:
+    steps = n_steps.astype(float)
+    per_chain = steps.sum(axis=1)
+    return {
+        "total": float(per_chain.sum()),
+        "per_chain": [float(v) for v in per_chain],
+        "mean_per_draw": float(steps.mean()),
+    }
 
 
 def sampler_health(
@@ -66,12 +198,13 @@ def sampler_health(
     dict
         ``num_chains``, ``num_draws``, ``target_accept_prob``,
         ``divergences`` ``{"total", "per_chain", "iterations": [[draw, ...] per chain]}``,
-        ``ebfmi`` (per chain), ``acceptance`` ``{"mean", "per_chain"}``,
+        ``ebfmi`` (per chain), ``acceptance`` ``{"mean", "per_chain", "stuck"}``,
         ``step_size`` ``{"per_chain", "min", "max", "is_constant"}``,
         ``tree_depth`` ``{"max_tree_depth", "mean_per_chain", "max_observed",
         "num_saturated_per_chain", "fraction_saturated"}``,
-        ``gradient_evals`` ``{"total", "per_chain", "mean_per_draw"}``, and ``warnings``
-        (list of str). Absent inputs give None entries.
+        ``gradient_evals`` ``{"total", "per_chain", "mean_per_draw"}``, ``stuck_chains``
+        (chains with mean acceptance below :data:`STUCK_ACCEPTANCE`: not samples), and
+        ``warnings`` (list of str). Absent inputs give None entries.
 
     References
     ----------
@@ -82,121 +215,30 @@ def sampler_health(
     if any(len(s) != 2 for s in shapes):
         raise ValueError(f"sample_stats arrays must be (chain, draw), got shapes {shapes}")
     c, n = next(iter(arrays.values())).shape if arrays else (0, 0)
-    warnings: list[str] = []
-    out: dict[str, Any] = {
-        "num_chains": c,
-        "num_draws": n,
-        "target_accept_prob": float(target_accept_prob),
-        "divergences": None,
-        "ebfmi": None,
-        "acceptance": None,
-        "step_size": None,
-        "tree_depth": None,
-        "gradient_evals": None,
-        "warnings": warnings,
-    }
-
+    checks: dict[str, Check] = {}
     if "diverging" in arrays:
-        div = arrays["diverging"].astype(bool)
-        per_chain = div.sum(axis=1)
-        out["divergences"] = {
-            "total": int(per_chain.sum()),
-            "per_chain": [int(v) for v in per_chain],
-            "iterations": [[int(i) for i in np.flatnonzero(row)] for row in div],
-        }
-        suggestion = _suggest_target(target_accept_prob)
-        for chain, count in enumerate(per_chain):
-            if count:
-                warnings.append(
-                    f"{_plural(int(count), 'divergent transition')} after warm-up in chain "
-                    f"{chain} — consider target_accept_prob {suggestion:g} (smaller steps) "
-                    "or reparametrising; divergent draws may be biased"
-                )
-
+        checks["divergences"] = _check_divergences(arrays["diverging"], target_accept_prob)
     if "energy" in arrays and n >= 2:
-        ebfmi = _ebfmi(arrays["energy"].astype(float))
-        out["ebfmi"] = [float(v) for v in ebfmi]
-        low = [(chain, value) for chain, value in enumerate(ebfmi) if value < ebfmi_threshold]
-        if low:
-            which = ", ".join(f"{value:.2f} in chain {chain}" for chain, value in low)
-            warnings.append(
-                f"E-BFMI below {ebfmi_threshold:g} ({which}) — momentum resampling explores "
-                "the energy levels poorly; improve the preconditioner (mass matrix) or "
-                "reparametrise"
-            )
-
+        checks["ebfmi"] = _check_ebfmi(arrays["energy"], ebfmi_threshold)
     if "acceptance_rate" in arrays:
-        acc = arrays["acceptance_rate"].astype(float).mean(axis=1)
-        out["acceptance"] = {"mean": float(acc.mean()), "per_chain": [float(v) for v in acc]}
-        for chain, value in enumerate(acc):
-            if value < target_accept_prob - acceptance_tolerance:
-                warnings.append(
-                    f"mean acceptance {value:.2f} in chain {chain} is well below "
-                    f"target_accept_prob {target_accept_prob:.2f} — step-size adaptation "
-                    "may not have converged; consider a longer warm-up"
-                )
-            elif value > target_accept_prob + acceptance_tolerance:
-                warnings.append(
-                    f"mean acceptance {value:.2f} in chain {chain} is well above "
-                    f"target_accept_prob {target_accept_prob:.2f} — the step size is "
-                    "smaller than needed (slow mixing); check the step-size adaptation"
-                )
-
+        checks["acceptance"] = _check_acceptance(
+            arrays["acceptance_rate"], target_accept_prob, acceptance_tolerance
+        )
     if "step_size" in arrays:
-        eps = arrays["step_size"].astype(float)
-        lo, hi = eps.min(axis=1), eps.max(axis=1)
-        constant = np.all(hi - lo <= 1e-6 * np.abs(hi))
-        out["step_size"] = {
-            "per_chain": [float(v) for v in eps.mean(axis=1)],
-            "min": float(eps.min()),
-            "max": float(eps.max()),
-            "is_constant": bool(constant),
-        }
-        if not constant:
-            warnings.append(
-                "step size changes after warm-up — adaptation should stop before the "
-                "draws that are kept, otherwise the chain is not a valid Markov chain"
-            )
-
-    depth = arrays.get("tree_depth")
-    if depth is not None or "reach_max_depth" in arrays:
-        if "reach_max_depth" in arrays:
-            saturated = arrays["reach_max_depth"].astype(bool)
-        elif max_tree_depth is not None:
-            saturated = depth >= max_tree_depth
-        else:
-            saturated = None
-        info: dict[str, Any] = {
-            "max_tree_depth": None if max_tree_depth is None else int(max_tree_depth),
-            "mean_per_chain": None
-            if depth is None
-            else [float(v) for v in depth.astype(float).mean(axis=1)],
-            "max_observed": None if depth is None else int(depth.max()),
-            "num_saturated_per_chain": None,
-            "fraction_saturated": None,
-        }
-        if saturated is not None:
-            sat = saturated.sum(axis=1)
-            info["num_saturated_per_chain"] = [int(v) for v in sat]
-            info["fraction_saturated"] = float(saturated.mean())
-            hit = [(chain, int(count)) for chain, count in enumerate(sat) if count]
-            if hit:
-                limit = "" if max_tree_depth is None else f" {max_tree_depth}"
-                which = ", ".join(
-                    f"{count} ({100.0 * count / n:.1f}%) in chain {chain}" for chain, count in hit
-                )
-                warnings.append(
-                    f"transitions that hit max_tree_depth{limit}: {which} — trajectories are "
-                    "cut short; raise max_tree_depth or improve the preconditioner"
-                )
-        out["tree_depth"] = info
-
+        checks["step_size"] = _check_step_size(arrays["step_size"])
+    if "tree_depth" in arrays or "reach_max_depth" in arrays:
+        checks["tree_depth"] = _check_tree_depth(
+            arrays.get("tree_depth"), arrays.get("reach_max_depth"), max_tree_depth
+        )
     if "n_steps" in arrays:
-        steps = arrays["n_steps"].astype(float)
-        per_chain = steps.sum(axis=1)
-        out["gradient_evals"] = {
-            "total": float(per_chain.sum()),
-            "per_chain": [float(v) for v in per_chain],
-            "mean_per_draw": float(steps.mean()),
-        }
+        checks["gradient_evals"] = (_gradient_evals(arrays["n_steps"]), [])
+    out: dict[str, Any] = {"num_chains": c, "num_draws": n}
+    out["target_accept_prob"] = float(target_accept_prob)
+    for key in ("divergences", "ebfmi", "acceptance", "step_size", "tree_depth", "gradient_evals"):
+        out[key] = checks[key][0] if key in checks else None
+    acceptance = out["acceptance"]
+    out["stuck_chains"] = acceptance["stuck"] if acceptance else []
+    # stuck chains first: they make every other figure meaningless
+    stuck = _stuck_warnings(acceptance) if acceptance else []
+    out["warnings"] = stuck + [w for _, warnings in checks.values() for w in warnings]
     return out

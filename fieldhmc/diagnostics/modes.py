@@ -1,4 +1,8 @@
-"""Convergence of whole fields: R-hat and ESS of every Fourier mode, per k-bin, and voxels."""
+"""Convergence of whole fields: R-hat and ESS of every Fourier mode, per k-bin, and voxels.
+
+Which modes count as not converged is decided by the multiplicity-aware test of
+:mod:`fieldhmc.diagnostics.multiplicity`, not by the single-quantity 1.01 rule.
+"""
 
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -8,12 +12,21 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import fft as sp_fft
 
+from fieldhmc.diagnostics import multiplicity
 from fieldhmc.diagnostics.convergence import (
     _CHUNK_ELEMENTS,
     RHAT_THRESHOLD,
     _apply_columns,
+    _autocov,
+    _between_within,
     _convergence_block,
+    _ess_from_autocov,
+    _frozen_chains,
+    _rhat_from_ratio,
+    _split_chains,
+    _z_scale,
 )
+from fieldhmc.diagnostics.multiplicity import FIELD_FALSE_ALARM
 
 
 def _independent_mode_masks(grid_shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -67,6 +80,208 @@ def _worst(score: np.ndarray, num: int, *, largest: bool) -> np.ndarray:
     return idx[np.argsort(-key[idx], kind="stable")]
 
 
+_STAT_ROWS = ("r_hat", "ess_bulk", "ratio_bulk", "ratio_tail", "tau_bulk", "tau_tail")
+
+
+def _batch_ratio(x: np.ndarray, num_batches: int) -> np.ndarray:
+    """Within-chain analogue of :math:`B/W`: batch means of one chain against each other.
+
+    Each chain of ``(m, chain, draw)`` is cut into ``num_batches`` batches of
+    :math:`L` draws; :math:`L\\,\\overline{\\mathrm{var}}(\text{batch means}) / W`
+    estimates the autocorrelation time at length :math:`L` and, unlike the ESS, does not
+    see a shift or a stuck chain (only differences within each chain enter).
+    """
+    m, c, n = x.shape
+    size = n // num_batches
+    means = x[..., : size * num_batches].reshape(m, c, num_batches, size).mean(axis=-1)
+    within = x.var(axis=-1, ddof=1).mean(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return size * means.var(axis=-1, ddof=1).mean(axis=-1) / within
+
+
+def _batch_tau(x: np.ndarray) -> np.ndarray:
+    """Expected :math:`B/W` of converged chains like ``x``, from within-chain batches.
+
+    Batch-mean estimates at lengths :math:`N/2` and :math:`N/4` are extrapolated to the
+    chain length :math:`N` (their bias, from autocorrelation across batch boundaries and
+    the finite length, falls like :math:`1/L`): :math:`\tau_N \approx \tau_{N/2} +
+    (\tau_{N/2} - \tau_{N/4})/2`.
+    """
+    half, quarter = _batch_ratio(x, 2), _batch_ratio(x, 4)
+    return half + 0.5 * (half - quarter)
+
+
+def _mode_block(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column statistics of ``(m, chain, draw)`` for the multiplicity-aware test.
+
+    Returns the rows :data:`_STAT_ROWS` as a ``(6, m)`` array (NaN for columns with a
+    frozen chain) and the ``(m, chain)`` frozen-chain mask. ``r_hat`` and ``ess_bulk``
+    equal :func:`~fieldhmc.diagnostics.rhat` and :func:`~fieldhmc.diagnostics.ess_bulk`;
+    ``tau_*`` are the per-column :func:`_batch_tau` of the bulk and tail values, which
+    are averaged over modes into the reference scale of ``ratio_*``.
+    """
+    split = _split_chains(x)
+    n = split.shape[-1]
+    z = _z_scale(split)
+    folded = _z_scale(np.abs(split - np.median(split, axis=(1, 2), keepdims=True)))
+    ratio_bulk = _between_within(z)
+    ratio_tail = _between_within(folded)
+    r_hat = np.maximum(_rhat_from_ratio(ratio_bulk, n), _rhat_from_ratio(ratio_tail, n))
+    ess = _ess_from_autocov(z, _autocov(z))
+    out = np.stack([r_hat, ess, ratio_bulk, ratio_tail, _batch_tau(z), _batch_tau(folded)])
+    frozen = _frozen_chains(x)
+    out[:, frozen.any(axis=1)] = np.nan
+    return out, frozen
+
+
+def _check_modes(
+    modes: ArrayLike, kbin_index: ArrayLike, grid_shape: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int]]:
+    modes = np.asarray(modes)
+    grid_shape = tuple(int(n) for n in grid_shape)
+    half_shape = (grid_shape[0], grid_shape[1], grid_shape[2] // 2 + 1)
+    if modes.ndim != 5 or modes.shape[2:] != half_shape:
+        raise ValueError(f"modes must have shape (chain, draw, {half_shape}), got {modes.shape}")
+    kbins = np.asarray(kbin_index).astype(int)
+    if kbins.shape != half_shape:
+        raise ValueError(f"kbin_index must have shape {half_shape}, got {kbins.shape}")
+    return modes, kbins, half_shape
+
+
+def _select_values(
+    kbins: np.ndarray, nbins: int, grid_shape: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Flat half-spectrum index and part ("real"/"imag") of every independent real value."""
+    keep_real, keep_imag = _independent_mode_masks(grid_shape)
+    valid = (kbins >= 0) & (kbins < nbins)
+    sel_real = np.flatnonzero(keep_real & valid)
+    sel_imag = np.flatnonzero(keep_imag & valid)
+    parts = np.array(["real"] * sel_real.size + ["imag"] * sel_imag.size)
+    return np.concatenate([sel_real, sel_imag]), parts
+
+
+def _mode_statistics(
+    modes: np.ndarray, flat_index: np.ndarray, parts: np.ndarray, chunk_size: int | None
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """:func:`_mode_block` over all selected values, gathering one chunk at a time."""
+    c, n = modes.shape[:2]
+    flat = modes.reshape(c, n, -1)
+    stats = np.full((len(_STAT_ROWS), flat_index.size), np.nan)
+    frozen = np.zeros((flat_index.size, c), dtype=bool)
+    step = chunk_size or max(1, _CHUNK_ELEMENTS // (c * n))
+    for part in ("real", "imag"):
+        where = np.flatnonzero(parts == part)
+        for start in range(0, where.size if n >= 4 else 0, step):
+            cols = where[start : start + step]
+            values = getattr(flat[:, :, flat_index[cols]], part)
+            block = np.ascontiguousarray(values.transpose(2, 0, 1), dtype=float)
+            stats[:, cols], frozen[cols] = _mode_block(block)
+    out = dict(zip(_STAT_ROWS, stats, strict=True))
+    if c < 2:  # one chain: no between-chain comparison
+        for key in ("r_hat", "ratio_bulk", "ratio_tail"):
+            out[key] = np.full(flat_index.size, np.nan)
+    return out, frozen
+
+
+def _multiplicity_test(
+    stats: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    nbins: int,
+    shape: tuple[int, int],
+    false_alarm: float,
+) -> dict[str, Any]:
+    """p-values against converged chains and Benjamini–Hochberg flags (see multiplicity)."""
+    c, n = shape
+    split = (2 * c, n // 2)
+    tau_bulk = multiplicity.reference_tau(stats["tau_bulk"], labels, nbins)
+    tau_tail = multiplicity.reference_tau(stats["tau_tail"], labels, nbins)
+    p = multiplicity.rhat_pvalue(
+        stats["ratio_bulk"], stats["ratio_tail"], tau_bulk[labels], tau_tail[labels], *split
+    )
+    tau_all = multiplicity.reference_tau(stats["tau_bulk"], np.zeros(labels.size, int), 1)[0]
+    return {
+        "p_value": p,
+        "flagged": multiplicity.benjamini_hochberg(p, false_alarm),
+        "tau_ref": tau_bulk,
+        "tau_all": tau_all,
+        "r_hat_q99": multiplicity.rhat_reference_quantile(0.01, tau_all, *split),
+    }
+
+
+def _kbin_table(
+    stats: Mapping[str, np.ndarray],
+    test: Mapping[str, Any],
+    labels: np.ndarray,
+    is_real: np.ndarray,
+    nbins: int,
+    rhat_threshold: float,
+) -> dict[str, np.ndarray]:
+    r_hat, ess = stats["r_hat"], stats["ess_bulk"]
+    per_bin = _group_stats(
+        r_hat, labels, nbins, {"r_hat_min": np.min, "r_hat_median": np.median, "r_hat_max": np.max}
+    )
+    per_bin.update(
+        _group_stats(ess, labels, nbins, {"ess_bulk_min": np.min, "ess_bulk_median": np.median})
+    )
+    per_bin["tau_ref"] = test["tau_ref"]
+
+    def count(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(labels, weights=mask, minlength=nbins)[:nbins].astype(int)
+
+    per_bin["num_values"] = np.bincount(labels, minlength=nbins)[:nbins]
+    per_bin["num_modes"] = count(is_real)
+    per_bin["num_rhat_above"] = count(r_hat > rhat_threshold)
+    per_bin["num_flagged"] = count(test["flagged"])
+    per_bin["num_undefined"] = count(np.isnan(ess))
+    return per_bin
+
+
+def _outlier_chains(
+    modes: np.ndarray, flat_index: np.ndarray, parts: np.ndarray, idx: np.ndarray
+) -> list[int]:
+    """How often each chain is the one whose mean is farthest from the others', over ``idx``.
+
+    The farthest chain mean, in units of the pooled draw sd, per flagged value; a single
+    stuck or shifted chain then dominates the count.
+    """
+    c, n = modes.shape[:2]
+    counts = np.zeros(c, dtype=int)
+    if c < 2 or idx.size == 0:
+        return counts.tolist()
+    flat = modes.reshape(c, n, -1)
+    for part in ("real", "imag"):
+        cols = idx[parts[idx] == part]
+        if cols.size:
+            values = getattr(flat[:, :, flat_index[cols]], part).astype(float)  # (c, n, f)
+            means = values.mean(axis=1)
+            others = (means.sum(axis=0) - means) / (c - 1)
+            distance = np.abs(means - others) / (values.std(axis=(0, 1)) + 1e-300)
+            counts += np.bincount(np.argmax(distance, axis=0), minlength=c)
+    return counts.tolist()
+
+
+def _describe_modes(
+    idx: np.ndarray,
+    flat_index: np.ndarray,
+    parts: np.ndarray,
+    labels: np.ndarray,
+    half_shape: tuple[int, int, int],
+    columns: Mapping[str, np.ndarray],
+) -> list[dict[str, Any]]:
+    entries = []
+    for t in idx:
+        ijl = [int(v) for v in np.unravel_index(flat_index[t], half_shape)]
+        entry = {
+            "name": f"mode[{ijl[0]},{ijl[1]},{ijl[2]}].{parts[t]}",
+            "index": ijl,
+            "part": str(parts[t]),
+            "kbin": int(labels[t]),
+        }
+        entry.update({key: float(values[t]) for key, values in columns.items()})
+        entries.append(entry)
+    return entries
+
+
 def mode_convergence(
     modes: ArrayLike,
     kbin_index: ArrayLike,
@@ -76,14 +291,18 @@ def mode_convergence(
     k: ArrayLike | None = None,
     num_worst: int = 10,
     rhat_threshold: float = RHAT_THRESHOLD,
+    false_alarm: float = FIELD_FALSE_ALARM,
     chunk_size: int | None = None,
 ) -> dict[str, Any]:
-    """R-hat and bulk ESS of every stored Fourier mode, summarised per k-bin.
+    """R-hat and bulk ESS of every stored Fourier mode, tested together, per k-bin.
 
     The real and imaginary parts of each independent mode are treated as separate
     scalars. Redundant conjugate partners on the self-conjugate planes and the identically
     zero imaginary parts of self-conjugate modes are skipped, as are modes with
-    ``kbin_index < 0`` (e.g. :math:`k = 0`).
+    ``kbin_index < 0`` (e.g. :math:`k = 0`). A mode is *flagged* when its R-hat is larger
+    than converged chains of the same shape and autocorrelation give, by the
+    Benjamini–Hochberg test of :mod:`fieldhmc.diagnostics.multiplicity` at level
+    ``false_alarm``; a mode with a chain that never moves has undefined R-hat and ESS.
 
     Parameters
     ----------
@@ -98,112 +317,111 @@ def mode_convergence(
     k : array_like, shape (nbins,), optional
         Bin centres in h/Mpc, copied into the output for reports and plots.
     num_worst : int, default 10
-        Number of worst modes listed (largest R-hat, smallest ESS).
+        Number of worst modes listed (largest R-hat, smallest ESS, most significant).
     rhat_threshold : float, default 1.01
-        Modes with R-hat above this (or NaN) are counted as not converged.
+        Only for the informative count ``num_rhat_above`` (and plots): the single-quantity
+        rule, which is not used to decide convergence of many modes.
+    false_alarm : float, default 0.01
+        Probability that a converged run flags any mode (BH level).
     chunk_size : int, optional
         Columns per chunk for the vectorised estimators.
 
     Returns
     -------
     dict
-        ``num_chains``, ``num_draws``, ``grid_shape``, ``k`` (or None), ``rhat_threshold``;
-        ``kbins``: dict of (nbins,) arrays ``num_modes`` (independent complex modes),
-        ``num_values`` (real scalars), ``r_hat_min``, ``r_hat_median``, ``r_hat_max``,
-        ``ess_bulk_min``, ``ess_bulk_median``, ``num_rhat_above``; ``overall``: dict with
-        ``num_values``, ``r_hat_max``, ``ess_bulk_min``, ``ess_bulk_median``,
-        ``num_rhat_above``; ``worst_r_hat`` and ``worst_ess_bulk``: lists of
-        ``{"name", "index" [i, j, l], "part", "kbin", "r_hat", "ess_bulk"}``.
+        ``num_chains``, ``num_draws``, ``grid_shape``, ``k`` (or None), ``rhat_threshold``,
+        ``false_alarm``; ``kbins``: dict of (nbins,) arrays ``num_modes`` (independent
+        complex modes), ``num_values`` (real scalars), ``r_hat_min``, ``r_hat_median``,
+        ``r_hat_max``, ``ess_bulk_min``, ``ess_bulk_median``, ``tau_ref``,
+        ``num_rhat_above``, ``num_flagged``, ``num_undefined``; ``overall``: dict with
+        ``num_values``, ``r_hat_max``, ``r_hat_median``, ``ess_bulk_min``,
+        ``ess_bulk_median``, ``num_rhat_above``, ``num_flagged``, ``num_undefined``,
+        ``tau_ref`` (reference autocorrelation time of all modes), ``r_hat_q99`` (the bulk
+        R-hat 1% of converged modes exceed),
+        ``frozen_per_chain`` (number of values in which each chain never moves),
+        ``outlier_chain_counts`` (per chain: in how many flagged values its mean is the
+        farthest from the other chains');
+        ``worst_r_hat``, ``worst_ess_bulk`` and ``flagged`` (most significant first):
+        lists of ``{"name", "index" [i, j, l], "part", "kbin", "r_hat", "ess_bulk",
+        "p_value"}``.
     """
-    modes = np.asarray(modes)
-    grid_shape = tuple(int(n) for n in grid_shape)
-    half_shape = (grid_shape[0], grid_shape[1], grid_shape[2] // 2 + 1)
-    if modes.ndim != 5 or modes.shape[2:] != half_shape:
-        raise ValueError(f"modes must have shape (chain, draw, {half_shape}), got {modes.shape}")
-    kbins = np.asarray(kbin_index).astype(int)
-    if kbins.shape != half_shape:
-        raise ValueError(f"kbin_index must have shape {half_shape}, got {kbins.shape}")
+    modes, kbins, half_shape = _check_modes(modes, kbin_index, grid_shape)
     c, n = modes.shape[:2]
-    keep_real, keep_imag = _independent_mode_masks(grid_shape)
-    valid = (kbins >= 0) & (kbins < nbins)
-    sel_real = np.flatnonzero(keep_real & valid)
-    sel_imag = np.flatnonzero(keep_imag & valid)
-
-    flat = modes.reshape(c, n, -1)
-    step = chunk_size or max(1, _CHUNK_ELEMENTS // (c * n))
-    results = []
-    for part, sel in (("real", sel_real), ("imag", sel_imag)):
-        both = np.full((2, sel.size), np.nan)
-        if n >= 4:
-            for start in range(0, sel.size, step):  # gather one chunk of modes at a time
-                values = getattr(flat[:, :, sel[start : start + step]], part)
-                both[:, start : start + step] = _convergence_block(
-                    np.ascontiguousarray(values.transpose(2, 0, 1), dtype=float)
-                )
-        results.append(both)
-    r_hat_all = np.concatenate([results[0][0], results[1][0]])
-    ess_all = np.concatenate([results[0][1], results[1][1]])
-    flat_index = np.concatenate([sel_real, sel_imag])
-    parts = np.array(["real"] * sel_real.size + ["imag"] * sel_imag.size)
+    flat_index, parts = _select_values(kbins, nbins, grid_shape)
     labels = kbins.reshape(-1)[flat_index]
-    if c < 2:
-        r_hat_all = np.full_like(r_hat_all, np.nan)
-
-    above = ~(r_hat_all <= rhat_threshold) if c >= 2 else np.zeros(r_hat_all.shape, bool)
-    per_bin = _group_stats(
-        r_hat_all,
-        labels,
-        nbins,
-        {"r_hat_min": np.min, "r_hat_median": np.median, "r_hat_max": np.max},
-    )
-    per_bin.update(
-        _group_stats(ess_all, labels, nbins, {"ess_bulk_min": np.min, "ess_bulk_median": np.median})
-    )
-    per_bin["num_values"] = np.bincount(labels, minlength=nbins)[:nbins]
-    per_bin["num_modes"] = np.bincount(kbins.reshape(-1)[sel_real], minlength=nbins)[:nbins]
-    per_bin["num_rhat_above"] = np.bincount(labels, weights=above, minlength=nbins)[:nbins].astype(
-        int
-    )
+    stats, frozen = _mode_statistics(modes, flat_index, parts, chunk_size)
+    test = _multiplicity_test(stats, labels, nbins, (c, n), false_alarm)
+    per_bin = _kbin_table(stats, test, labels, parts == "real", nbins, rhat_threshold)
+    columns = {"r_hat": stats["r_hat"], "ess_bulk": stats["ess_bulk"], "p_value": test["p_value"]}
 
     def describe(idx: np.ndarray) -> list[dict[str, Any]]:
-        entries = []
-        for t in idx:
-            ijl = [int(v) for v in np.unravel_index(flat_index[t], half_shape)]
-            entries.append(
-                {
-                    "name": f"mode[{ijl[0]},{ijl[1]},{ijl[2]}].{parts[t]}",
-                    "index": ijl,
-                    "part": str(parts[t]),
-                    "kbin": int(labels[t]),
-                    "r_hat": float(r_hat_all[t]),
-                    "ess_bulk": float(ess_all[t]),
-                }
-            )
-        return entries
+        return _describe_modes(idx, flat_index, parts, labels, half_shape, columns)
 
-    finite_ess = ess_all[~np.isnan(ess_all)]
+    flagged = np.flatnonzero(test["flagged"])
+    most_significant = flagged[np.argsort(test["p_value"][flagged], kind="stable")[:num_worst]]
+    ess = stats["ess_bulk"]
     return {
         "num_chains": c,
         "num_draws": n,
         "grid_shape": list(grid_shape),
         "k": None if k is None else np.asarray(k, dtype=float),
         "rhat_threshold": rhat_threshold,
+        "false_alarm": false_alarm,
         "kbins": per_bin,
         "overall": {
-            "num_values": int(r_hat_all.size),
-            "r_hat_max": _nanreduce(np.max, r_hat_all),
-            "ess_bulk_min": _nanreduce(np.min, ess_all),
-            "ess_bulk_median": float(np.median(finite_ess)) if finite_ess.size else math.nan,
-            "num_rhat_above": int(above.sum()),
+            "num_values": int(ess.size),
+            "r_hat_max": _nanreduce(np.max, stats["r_hat"]),
+            "r_hat_median": _nanreduce(np.median, stats["r_hat"]),
+            "ess_bulk_min": _nanreduce(np.min, ess),
+            "ess_bulk_median": _nanreduce(np.median, ess),
+            "num_rhat_above": int(per_bin["num_rhat_above"].sum()),
+            "num_flagged": int(flagged.size),
+            "num_undefined": int(np.isnan(ess).sum()),
+            "tau_ref": test["tau_all"],
+            "r_hat_q99": test["r_hat_q99"],
+            "frozen_per_chain": [int(v) for v in frozen.sum(axis=0)],
+            "outlier_chain_counts": _outlier_chains(modes, flat_index, parts, flagged),
         },
-        "worst_r_hat": describe(_worst(r_hat_all, num_worst, largest=True)) if c >= 2 else [],
-        "worst_ess_bulk": describe(_worst(ess_all, num_worst, largest=False)),
+        "worst_r_hat": describe(_worst(stats["r_hat"], num_worst, largest=True)) if c >= 2 else [],
+        "worst_ess_bulk": describe(_worst(ess, num_worst, largest=False)),
+        "flagged": describe(most_significant),
     }
 
 
 def _nanreduce(fn: Callable, values: np.ndarray) -> float:
     finite = values[~np.isnan(values)]
     return float(fn(finite)) if finite.size else math.nan
+
+
+def _voxel_convergence(
+    x: np.ndarray, num_worst: int, rhat_threshold: float, chunk_size: int | None
+) -> dict[str, Any]:
+    c = x.shape[0]
+    both = _apply_columns(_convergence_block, x, min_chains=1, chunk_size=chunk_size, num_outputs=2)
+    r_vox = both[0].reshape(-1) if c >= 2 else np.full(both[0].size, np.nan)
+    e_vox = both[1].reshape(-1)
+
+    def describe(idx: np.ndarray) -> list[dict[str, Any]]:
+        return [
+            {
+                "index": [int(v) for v in np.unravel_index(t, x.shape[2:])],
+                "r_hat": float(r_vox[t]),
+                "ess_bulk": float(e_vox[t]),
+            }
+            for t in idx
+        ]
+
+    return {
+        "num_values": int(r_vox.size),
+        "r_hat_max": _nanreduce(np.max, r_vox),
+        "r_hat_median": _nanreduce(np.median, r_vox),
+        "ess_bulk_min": _nanreduce(np.min, e_vox),
+        "ess_bulk_median": _nanreduce(np.median, e_vox),
+        "num_rhat_above": int((r_vox > rhat_threshold).sum()),
+        "num_undefined": int(np.isnan(e_vox).sum()),
+        "worst_r_hat": describe(_worst(r_vox, num_worst, largest=True)) if c >= 2 else [],
+        "worst_ess_bulk": describe(_worst(e_vox, num_worst, largest=False)),
+    }
 
 
 def field_convergence(
@@ -215,6 +433,7 @@ def field_convergence(
     num_worst: int = 10,
     include_voxels: bool = True,
     rhat_threshold: float = RHAT_THRESHOLD,
+    false_alarm: float = FIELD_FALSE_ALARM,
     chunk_size: int | None = None,
 ) -> dict[str, Any]:
     """Convergence of whole-field draws: per-k-bin summary of all modes, plus voxels.
@@ -235,8 +454,12 @@ def field_convergence(
     num_worst : int, default 10
         Worst modes (and voxels) listed.
     include_voxels : bool, default True
-        Also compute R-hat/bulk ESS of every voxel (summarised over the grid).
+        Also compute R-hat/bulk ESS of every voxel (summarised over the grid; voxels are
+        mixtures of all modes, so they are reported but not tested).
     rhat_threshold : float, default 1.01
+        Informative counts only, see :func:`mode_convergence`.
+    false_alarm : float, default 0.01
+        See :func:`mode_convergence`.
     chunk_size : int, optional
 
     Returns
@@ -244,7 +467,8 @@ def field_convergence(
     dict
         As :func:`mode_convergence`, plus ``voxels`` (when ``include_voxels``):
         ``{"num_values", "r_hat_max", "r_hat_median", "ess_bulk_min", "ess_bulk_median",
-        "num_rhat_above", "worst_r_hat": [{"index", "r_hat", "ess_bulk"}], ...}``.
+        "num_rhat_above", "num_undefined", "worst_r_hat": [{"index", "r_hat",
+        "ess_bulk"}], ...}``.
     """
     x = np.asarray(field_draws)
     if x.ndim != 5:
@@ -260,36 +484,10 @@ def field_convergence(
         k=k,
         num_worst=num_worst,
         rhat_threshold=rhat_threshold,
+        false_alarm=false_alarm,
         chunk_size=chunk_size,
     )
     del modes
     if include_voxels:
-        c = x.shape[0]
-        both = _apply_columns(
-            _convergence_block, x, min_chains=1, chunk_size=chunk_size, num_outputs=2
-        )
-        r_vox = both[0].reshape(-1) if c >= 2 else np.full(both[0].size, np.nan)
-        e_vox = both[1].reshape(-1)
-        above = ~(r_vox <= rhat_threshold) if c >= 2 else np.zeros(r_vox.shape, bool)
-
-        def describe(idx: np.ndarray) -> list[dict[str, Any]]:
-            return [
-                {
-                    "index": [int(v) for v in np.unravel_index(t, x.shape[2:])],
-                    "r_hat": float(r_vox[t]),
-                    "ess_bulk": float(e_vox[t]),
-                }
-                for t in idx
-            ]
-
-        out["voxels"] = {
-            "num_values": int(r_vox.size),
-            "r_hat_max": _nanreduce(np.max, r_vox),
-            "r_hat_median": _nanreduce(np.median, r_vox),
-            "ess_bulk_min": _nanreduce(np.min, e_vox),
-            "ess_bulk_median": _nanreduce(np.median, e_vox),
-            "num_rhat_above": int(above.sum()),
-            "worst_r_hat": describe(_worst(r_vox, num_worst, largest=True)) if c >= 2 else [],
-            "worst_ess_bulk": describe(_worst(e_vox, num_worst, largest=False)),
-        }
+        out["voxels"] = _voxel_convergence(x, num_worst, rhat_threshold, chunk_size)
     return out

@@ -1,4 +1,8 @@
-"""Human-readable text report of a run summary."""
+"""Human-readable text report of a run summary.
+
+One function per section; :func:`format_report` joins them and ends with a one-line
+verdict. Each section takes the JSON form of its part of the summary (``None`` for NaN).
+"""
 
 import math
 from collections.abc import Mapping, Sequence
@@ -33,6 +37,190 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
+Lines = list[str]
+
+
+def _scalar_lines(scalars: Mapping[str, Mapping[str, Any]]) -> Lines:
+    headers = ["name", "mean", "sd", "q5", "q95", "mcse_mean", "ess_bulk", "ess_tail", "r_hat"]
+    rows = [
+        [
+            name,
+            _fmt(r["mean"], ".4g"),
+            _fmt(r["sd"], "#.3g"),
+            _fmt(r["q5"], ".4g"),
+            _fmt(r["q95"], ".4g"),
+            _fmt(r["mcse_mean"], ".2g"),
+            _fmt(r["ess_bulk"], ".0f"),
+            _fmt(r["ess_tail"], ".0f"),
+            _fmt(r["r_hat"], ".3f"),
+        ]
+        for name, r in scalars.items()
+    ]
+    lines = ["", "Scalars (rule: R-hat <= 1.01 and ESS >= 100 per chain for each)"]
+    lines += _table(headers, rows)
+    fixed = [n for n, r in scalars.items() if r.get("is_constant") and n != "lp"]
+    frozen = [n for n, r in scalars.items() if r.get("frozen_chains") and n not in fixed]
+    if fixed:
+        lines.append(f"constant in every draw (not sampled, not checked): {', '.join(fixed)}")
+    for name in frozen:
+        chains = ", ".join(str(c) for c in scalars[name]["frozen_chains"])
+        lines.append(f"{name}: R-hat and ESS undefined, chain(s) {chains} never move")
+    return lines
+
+
+def _per_chain(section: Any, key: str | None, spec: str, num_chains: int) -> list[str]:
+    values = None if section is None else (section if key is None else section.get(key))
+    if values is None:
+        return ["-"] * num_chains
+    return [_fmt(v, spec) for v in values]
+
+
+def _sampler_lines(sampler: Mapping[str, Any]) -> Lines:
+    c = sampler["num_chains"]
+    depth = sampler.get("tree_depth")
+    columns = {
+        "accept": _per_chain(sampler["acceptance"], "per_chain", ".2f", c),
+        "step_size": _per_chain(sampler["step_size"], "per_chain", ".3g", c),
+        "divergent": _per_chain(sampler["divergences"], "per_chain", "d", c),
+        "E-BFMI": _per_chain(sampler["ebfmi"], None, ".2f", c),
+        "tree_depth": _per_chain(depth, "mean_per_chain", ".1f", c),
+        "saturated": _per_chain(depth, "num_saturated_per_chain", "d", c),
+        "grad_evals": _per_chain(sampler["gradient_evals"], "per_chain", ".0f", c),
+    }
+    rows = [[str(i)] + [values[i] for values in columns.values()] for i in range(c)]
+    lines = ["", "Sampler health"] + _table(["chain", *columns], rows)
+    lines.append(f"target_accept_prob {sampler['target_accept_prob']:.2f}")
+    return lines
+
+
+def _efficiency_lines(efficiency: Mapping[str, Any]) -> Lines:
+    if efficiency.get("no_effective_samples"):
+        reason = efficiency["no_effective_samples"]
+        return [f"gradient evaluations per effective sample: no effective samples ({reason})"]
+    if efficiency.get("gradient_evals_per_ess") is None:
+        return []
+    return [
+        f"gradient evaluations per effective sample: {efficiency['gradient_evals_per_ess']:.1f} "
+        f"(min ESS {efficiency['min_ess']:.0f}, {efficiency['min_ess_quantity']})"
+    ]
+
+
+def _kbin_rows(field: Mapping[str, Any]) -> list[list[str]]:
+    kb = field["kbins"]
+    k = field.get("k")
+    return [
+        [
+            str(b),
+            _fmt(k[b], ".3g") if k is not None else "-",
+            _fmt(kb["num_modes"][b]),
+            _fmt(kb["r_hat_median"][b], ".3f"),
+            _fmt(kb["r_hat_max"][b], ".3f"),
+            _fmt(kb["ess_bulk_min"][b], ".0f"),
+            _fmt(kb["ess_bulk_median"][b], ".0f"),
+            _fmt(kb.get("num_flagged", [None] * (b + 1))[b]),
+            _fmt(kb.get("num_undefined", [None] * (b + 1))[b]),
+        ]
+        for b in range(len(kb["num_modes"]))
+    ]
+
+
+def _mode_list(entries: Sequence[Mapping[str, Any]], limit: int = 5) -> str:
+    return ", ".join(
+        f"{e['name']} (bin {e['kbin']}, R-hat {_fmt(e['r_hat'], '.3f')}, "
+        f"ESS {_fmt(e['ess_bulk'], '.0f')})"
+        for e in entries[:limit]
+    )
+
+
+def _field_rule_lines(field: Mapping[str, Any]) -> Lines:
+    overall = field["overall"]
+    q = field.get("false_alarm")
+    if q is None:  # a summary written before the multiplicity-aware test
+        return []
+    return [
+        f"rule: converged chains of this shape ({field['num_chains']} chains x "
+        f"{field['num_draws']} draws, autocorrelation time "
+        f"{_fmt(overall.get('tau_ref'), '.2f')}) give R-hat above "
+        f"{_fmt(overall.get('r_hat_q99'), '.3f')} in 1% of modes; a mode is flagged when its "
+        f"R-hat is beyond what they give, tested over all {overall['num_values']} at a "
+        f"false-alarm rate of {q:g} (Benjamini-Hochberg; docs/diagnostics.md)"
+    ]
+
+
+def _field_lines(field: Mapping[str, Any]) -> Lines:
+    headers = [
+        "bin", "k [h/Mpc]", "modes", "r_hat_med", "r_hat_max", "ess_min", "ess_med",
+        "flagged", "undefined",
+    ]  # fmt: skip
+    lines = ["", "Field convergence per k-bin (real and imaginary parts of each mode)"]
+    lines += _table(headers, _kbin_rows(field)) + _field_rule_lines(field)
+    for key, title in (
+        ("flagged", "flagged modes, most significant first"),
+        ("worst_r_hat", "modes with largest R-hat"),
+        ("worst_ess_bulk", "modes with lowest ESS"),
+    ):
+        if field.get(key):
+            lines.append(f"{title}: {_mode_list(field[key])}")
+    vox = field.get("voxels")
+    if vox:
+        lines.append(
+            f"voxels (reported, not tested): R-hat median {_fmt(vox['r_hat_median'], '.3f')}, "
+            f"max {_fmt(vox['r_hat_max'], '.3f')}; bulk ESS min "
+            f"{_fmt(vox['ess_bulk_min'], '.0f')}, median {_fmt(vox['ess_bulk_median'], '.0f')}"
+        )
+    return lines
+
+
+def _truth_lines(truth: Mapping[str, Any]) -> Lines:
+    lines = ["", "Against truth"]
+    cols = [
+        ("transfer_median", "T(k) draws"),
+        ("transfer_lo", "T 16%"),
+        ("transfer_hi", "T 84%"),
+        ("transfer_mean_field", "T mean field"),
+        ("cross_correlation", "r(k)"),
+    ]
+    present = [(key, label) for key, label in cols if truth.get(key) is not None]
+    k = truth.get("k") or []
+    if present and k:
+        rows = [
+            [str(b), _fmt(k[b], ".3g")] + [_fmt(truth[key][b], ".3f") for key, _ in present]
+            for b in range(len(k))
+        ]
+        lines += _table(["bin", "k [h/Mpc]"] + [label for _, label in present], rows)
+    cov = truth.get("coverage")
+    if cov:
+        shown = ", ".join(
+            f"{100 * p:.0f}%: {_fmt(c, '.3f')}"
+            for p, c in zip(cov["probs"], cov["coverage"], strict=True)
+        )
+        lines.append(f"coverage of the truth (nominal: observed) {shown}")
+    return lines
+
+
+def _wiener_lines(wiener: Mapping[str, Any]) -> Lines:
+    rows = [
+        [
+            label,
+            _fmt(s.get("num")),
+            _fmt(s.get("rms"), ".2f"),
+            _fmt(s.get("max_abs"), ".2f"),
+            _fmt(s.get("fraction_above_3"), ".4f"),
+        ]
+        for label, s in (("mean", wiener.get("mean")), ("variance", wiener.get("var")))
+        if s
+    ]
+    lines = ["", "Against the analytic Wiener posterior (z-scores, expected rms 1)"]
+    return lines + _table(["moment", "n", "rms", "max|z|", "frac |z|>3"], rows)
+
+
+def _warning_lines(warnings: Sequence[str]) -> Lines:
+    if not warnings:
+        return ["", "No warnings.", "", "Verdict: healthy (no warnings)"]
+    lines = ["", f"Warnings ({len(warnings)})"] + [f"  ! {w}" for w in warnings]
+    return lines + ["", f"Verdict: NOT healthy ({len(warnings)} warnings above)"]
+
+
 def format_report(summary: Mapping[str, Any]) -> str:
     """Human-readable report of a :func:`build_summary` dict (aligned tables + warnings).
 
@@ -44,178 +232,22 @@ def format_report(summary: Mapping[str, Any]) -> str:
     Returns
     -------
     str
-        Multi-line text; the caller prints or saves it.
+        Multi-line text ending with a one-line verdict; the caller prints or saves it.
     """
     lines = ["fieldhmc diagnostics", "===================="]
     lines.append(
         f"{summary.get('num_chains', 0)} chains x {summary.get('num_draws', 0)} draws "
         "after warm-up (chains numbered from 0)"
     )
-
-    scalars = summary.get("scalars") or {}
-    if scalars:
-        lines += ["", "Scalars"]
-        headers = ["name", "mean", "sd", "q5", "q95", "mcse_mean", "ess_bulk", "ess_tail", "r_hat"]
-        rows = [
-            [
-                name,
-                _fmt(r["mean"], ".4g"),
-                _fmt(r["sd"], "#.3g"),
-                _fmt(r["q5"], ".4g"),
-                _fmt(r["q95"], ".4g"),
-                _fmt(r["mcse_mean"], ".2g"),
-                _fmt(r["ess_bulk"], ".0f"),
-                _fmt(r["ess_tail"], ".0f"),
-                _fmt(r["r_hat"], ".3f"),
-            ]
-            for name, r in scalars.items()
-        ]
-        lines += _table(headers, rows)
-
-    sampler = summary.get("sampler")
-    if sampler:
-        lines += ["", "Sampler health"]
-        c = sampler["num_chains"]
-
-        def per_chain(section: Any, key: str | None, spec: str) -> list[str]:
-            if section is None:
-                return ["-"] * c
-            values = section if key is None else section.get(key)
-            if values is None:
-                return ["-"] * c
-            return [_fmt(v, spec) for v in values]
-
-        accept = per_chain(sampler["acceptance"], "per_chain", ".2f")
-        step = per_chain(sampler["step_size"], "per_chain", ".3g")
-        div = per_chain(sampler["divergences"], "per_chain", "d")
-        ebfmi = per_chain(sampler["ebfmi"], None, ".2f")
-        depth = sampler.get("tree_depth")
-        mean_depth = per_chain(depth, "mean_per_chain", ".1f")
-        sat = per_chain(depth, "num_saturated_per_chain", "d")
-        grads = per_chain(sampler["gradient_evals"], "per_chain", ".0f")
-        rows = [
-            [str(i), accept[i], step[i], div[i], ebfmi[i], mean_depth[i], sat[i], grads[i]]
-            for i in range(c)
-        ]
-        lines += _table(
-            [
-                "chain",
-                "accept",
-                "step_size",
-                "divergent",
-                "E-BFMI",
-                "tree_depth",
-                "saturated",
-                "grad_evals",
-            ],
-            rows,
-        )
-        lines.append(f"target_accept_prob {sampler['target_accept_prob']:.2f}")
-    efficiency = summary.get("efficiency")
-    if efficiency and efficiency.get("gradient_evals_per_ess") is not None:
-        lines.append(
-            f"gradient evaluations per effective sample: "
-            f"{efficiency['gradient_evals_per_ess']:.1f} "
-            f"(min ESS {efficiency['min_ess']:.0f}, {efficiency['min_ess_quantity']})"
-        )
-
-    field = summary.get("field")
-    if field:
-        lines += ["", "Field convergence per k-bin (real and imaginary parts of each mode)"]
-        kb = field["kbins"]
-        nb = len(kb["num_modes"])
-        k = field.get("k")
-        rows = [
-            [
-                str(b),
-                _fmt(k[b], ".3g") if k is not None else "-",
-                _fmt(kb["num_modes"][b]),
-                _fmt(kb["r_hat_median"][b], ".3f"),
-                _fmt(kb["r_hat_max"][b], ".3f"),
-                _fmt(kb["ess_bulk_min"][b], ".0f"),
-                _fmt(kb["ess_bulk_median"][b], ".0f"),
-                _fmt(kb["num_rhat_above"][b]),
-            ]
-            for b in range(nb)
-        ]
-        lines += _table(
-            [
-                "bin",
-                "k [h/Mpc]",
-                "modes",
-                "r_hat_med",
-                "r_hat_max",
-                "ess_min",
-                "ess_med",
-                f"r_hat>{field['rhat_threshold']:g}",
-            ],
-            rows,
-        )
-        for key, title in (("worst_r_hat", "largest R-hat"), ("worst_ess_bulk", "lowest ESS")):
-            entries = field.get(key) or []
-            if entries:
-                shown = ", ".join(
-                    f"{e['name']} (bin {e['kbin']}, R-hat {_fmt(e['r_hat'], '.3f')}, "
-                    f"ESS {_fmt(e['ess_bulk'], '.0f')})"
-                    for e in entries[:5]
-                )
-                lines.append(f"modes with {title}: {shown}")
-        vox = field.get("voxels")
-        if vox:
-            lines.append(
-                f"voxels: R-hat median {_fmt(vox['r_hat_median'], '.3f')}, max "
-                f"{_fmt(vox['r_hat_max'], '.3f')}; bulk ESS min "
-                f"{_fmt(vox['ess_bulk_min'], '.0f')}, median "
-                f"{_fmt(vox['ess_bulk_median'], '.0f')}"
-            )
-
-    truth = summary.get("truth")
-    if truth:
-        lines += ["", "Against truth"]
-        cols = [
-            ("transfer_median", "T(k) draws"),
-            ("transfer_lo", "T 16%"),
-            ("transfer_hi", "T 84%"),
-            ("transfer_mean_field", "T mean field"),
-            ("cross_correlation", "r(k)"),
-        ]
-        present = [(key, label) for key, label in cols if truth.get(key) is not None]
-        k = truth.get("k") or []
-        if present and k:
-            rows = [
-                [str(b), _fmt(k[b], ".3g")] + [_fmt(truth[key][b], ".3f") for key, _ in present]
-                for b in range(len(k))
-            ]
-            lines += _table(["bin", "k [h/Mpc]"] + [label for _, label in present], rows)
-        cov = truth.get("coverage")
-        if cov:
-            shown = ", ".join(
-                f"{100 * p:.0f}%: {_fmt(c, '.3f')}"
-                for p, c in zip(cov["probs"], cov["coverage"], strict=True)
-            )
-            lines.append(f"coverage of the truth (nominal: observed) {shown}")
-
-    wiener = summary.get("wiener")
-    if wiener:
-        lines += ["", "Against the analytic Wiener posterior (z-scores, expected rms 1)"]
-        rows = [
-            [
-                label,
-                _fmt(s.get("num")),
-                _fmt(s.get("rms"), ".2f"),
-                _fmt(s.get("max_abs"), ".2f"),
-                _fmt(s.get("fraction_above_3"), ".4f"),
-            ]
-            for label, s in (("mean", wiener.get("mean")), ("variance", wiener.get("var")))
-            if s
-        ]
-        lines += _table(["moment", "n", "rms", "max|z|", "frac |z|>3"], rows)
-
-    warnings = summary.get("warnings") or []
-    lines.append("")
-    if warnings:
-        lines.append(f"Warnings ({len(warnings)})")
-        lines += [f"  ! {w}" for w in warnings]
-    else:
-        lines.append("No warnings.")
+    if summary.get("scalars"):
+        lines += _scalar_lines(summary["scalars"])
+    if summary.get("sampler"):
+        lines += _sampler_lines(summary["sampler"])
+    if summary.get("efficiency"):
+        lines += _efficiency_lines(summary["efficiency"])
+    sections = (("field", _field_lines), ("truth", _truth_lines), ("wiener", _wiener_lines))
+    for key, section in sections:
+        if summary.get(key):
+            lines += section(summary[key])
+    lines += _warning_lines(summary.get("warnings") or [])
     return "\n".join(lines) + "\n"

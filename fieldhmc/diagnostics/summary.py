@@ -1,4 +1,18 @@
-"""The machine-readable run summary (``summary.json``) and its plain-language warnings."""
+"""The machine-readable run summary (``summary.json``) and its plain-language warnings.
+
+Which rule applies where (see also ``docs/diagnostics.md``):
+
+* scalars (hyperparameters, ``lp``, tracked modes): the single-quantity rules, R-hat above
+  1.01 and bulk/tail ESS below 100 per chain [1]_;
+* field modes: the multiplicity-aware test of :mod:`fieldhmc.diagnostics.multiplicity`
+  (false-alarm rate 1% for a converged run), and the median bulk ESS per k-bin;
+* any quantity with a chain that never moves, and any chain whose acceptance is about 0
+  after warm-up: undefined R-hat/ESS, a warning, and "no effective samples".
+
+References
+----------
+.. [1] A. Vehtari et al., arXiv:1903.08008.
+"""
 
 import math
 from collections.abc import Mapping
@@ -10,6 +24,7 @@ from numpy.typing import ArrayLike
 from fieldhmc.diagnostics._text import _name_list, _plural
 from fieldhmc.diagnostics.convergence import MIN_ESS_PER_CHAIN, RHAT_THRESHOLD
 from fieldhmc.diagnostics.health import EBFMI_THRESHOLD, sampler_health
+from fieldhmc.diagnostics.multiplicity import FIELD_FALSE_ALARM
 from fieldhmc.diagnostics.scalars import summarize_scalars
 
 
@@ -37,23 +52,49 @@ def to_jsonable(obj: Any) -> Any:
     raise TypeError(f"cannot convert {type(obj).__name__} to JSON")
 
 
+def _is_defined(value: float | None) -> bool:
+    return value is not None and not math.isnan(value)
+
+
+def _degenerate_scalars(scalars: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Scalars with a chain that never moves, except fixed quantities (constant everywhere).
+
+    ``lp`` is never a fixed quantity: if it does not change, nothing moved.
+    """
+    return [
+        name
+        for name, row in scalars.items()
+        if row.get("frozen_chains") and (name == "lp" or not row.get("is_constant"))
+    ]
+
+
+def _frozen_scalar_warning(scalars: Mapping[str, Mapping[str, Any]], names: list[str]) -> str:
+    chains = sorted({c for name in names for c in scalars[name]["frozen_chains"]})
+    which = ", ".join(str(c) for c in chains)
+    return (
+        f"R-hat and ESS undefined for {_plural(len(names), 'quantity')} "
+        f"({_name_list(names)}): chain{'s' if len(chains) > 1 else ''} {which} never "
+        "move in them — a stuck chain is not a sample; see the sampler health above"
+    )
+
+
 def _scalar_warnings(
-    scalars: Mapping[str, Mapping[str, float]],
+    scalars: Mapping[str, Mapping[str, Any]],
     num_chains: int,
     rhat_threshold: float,
     min_ess_per_chain: float,
 ) -> list[str]:
     warnings = []
+    frozen = _degenerate_scalars(scalars)
+    if frozen:
+        warnings.append(_frozen_scalar_warning(scalars, frozen))
     min_ess = min_ess_per_chain * max(num_chains, 1)
-    bad_rhat = [
-        (name, row["r_hat"])
-        for name, row in scalars.items()
-        if row["r_hat"] is not None
-        and not math.isnan(row["r_hat"])
-        and row["r_hat"] > rhat_threshold
-    ]
+    bad_rhat = sorted(
+        ((name, row["r_hat"]) for name, row in scalars.items() if _is_defined(row["r_hat"])),
+        key=lambda item: -item[1],
+    )
+    bad_rhat = [(name, value) for name, value in bad_rhat if value > rhat_threshold]
     if bad_rhat:
-        bad_rhat.sort(key=lambda item: -item[1])
         warnings.append(
             f"R-hat > {rhat_threshold:g} for {_plural(len(bad_rhat), 'quantity')} "
             f"(worst {bad_rhat[0][1]:.3f}: {_name_list([n for n, _ in bad_rhat])}) — chains "
@@ -63,20 +104,155 @@ def _scalar_warnings(
         ("ess_bulk", "posterior means and medians"),
         ("ess_tail", "credible intervals and tail quantiles"),
     ):
-        low = [
-            (name, row[key])
+        low = sorted(
+            (row[key], name)
             for name, row in scalars.items()
-            if row[key] is not None and not math.isnan(row[key]) and row[key] < min_ess
-        ]
+            if _is_defined(row[key]) and row[key] < min_ess
+        )
         if low:
-            low.sort(key=lambda item: item[1])
             label = "bulk" if key == "ess_bulk" else "tail"
             warnings.append(
                 f"{label} ESS below {min_ess:g} ({min_ess_per_chain:g} per chain) for "
-                f"{_plural(len(low), 'quantity')} (lowest {low[0][1]:.0f}: "
-                f"{_name_list([n for n, _ in low])}) — {what} are unreliable; run longer"
+                f"{_plural(len(low), 'quantity')} (lowest {low[0][0]:.0f}: "
+                f"{_name_list([n for _, n in low])}) — {what} are unreliable; run longer"
             )
     return warnings
+
+
+def _efficiency(
+    sampler: Mapping[str, Any] | None, scalars: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """Gradient evaluations per effective sample, or why there are no effective samples."""
+    if sampler is None or sampler["gradient_evals"] is None:
+        return None
+    out = {
+        "total_gradient_evals": sampler["gradient_evals"]["total"],
+        "gradient_evals_per_ess": None,
+        "min_ess": None,
+        "min_ess_quantity": None,
+        "no_effective_samples": None,
+    }
+    stuck = sampler.get("stuck_chains") or []
+    frozen = _degenerate_scalars(scalars)
+    if stuck:
+        out["no_effective_samples"] = (
+            f"chain{'s' if len(stuck) > 1 else ''} "
+            + ", ".join(str(c) for c in stuck)
+            + " stuck (acceptance about 0)"
+        )
+    elif frozen:
+        out["no_effective_samples"] = f"{_name_list(frozen)} never moves in some chain"
+    candidates = [
+        (row[key], name, key)
+        for name, row in scalars.items()
+        for key in ("ess_bulk", "ess_tail")
+        if _is_defined(row[key])
+    ]
+    if out["no_effective_samples"] is None and candidates:
+        min_ess, name, key = min(candidates)
+        out.update(
+            gradient_evals_per_ess=out["total_gradient_evals"] / min_ess if min_ess > 0 else None,
+            min_ess=min_ess,
+            min_ess_quantity=f"{key} of {name}",
+        )
+    return out
+
+
+def _kbin_list(kbins: Mapping[str, Any], key: str, limit: int = 4) -> str:
+    counts = np.asarray(kbins[key])
+    order = [int(b) for b in np.argsort(-counts, kind="stable") if counts[b] > 0]
+    total = kbins["num_values"]
+    shown = ", ".join(f"{b} ({int(counts[b])} of {int(total[b])})" for b in order[:limit])
+    return shown + (f" and {len(order) - limit} more" if len(order) > limit else "")
+
+
+def _outlier_note(overall: Mapping[str, Any]) -> str:
+    """Name the chain that stands out in most flagged modes, if one does (> half)."""
+    counts = np.asarray(overall.get("outlier_chain_counts") or [0])
+    chain = int(np.argmax(counts))
+    if counts.sum() and counts[chain] > 0.5 * counts.sum():
+        return f"; chain {chain} is the outlier in {100.0 * counts[chain] / counts.sum():.0f}%"
+    return ""
+
+
+def _undefined_field_warning(overall: Mapping[str, Any], kbins: Mapping[str, Any]) -> str:
+    frozen = overall.get("frozen_per_chain") or []
+    chains = ", ".join(str(c) for c, count in enumerate(frozen) if count)
+    return (
+        f"R-hat and ESS undefined for {overall['num_undefined']} of {overall['num_values']} "
+        f"field-mode components (k-bins {_kbin_list(kbins, 'num_undefined')}): chain(s) "
+        f"{chains} never move in them — those draws are not samples"
+    )
+
+
+def _flagged_field_warning(field: Mapping[str, Any]) -> str:
+    overall, worst = field["overall"], field["flagged"][0]
+    return (
+        f"{overall['num_flagged']} of {overall['num_values']} field-mode components have "
+        f"R-hat beyond what converged chains give (false-alarm rate {field['false_alarm']:g}; "
+        f"most significant {worst['name']}, R-hat {worst['r_hat']:.3f}, k-bin {worst['kbin']}; "
+        f"k-bins {_kbin_list(field['kbins'], 'num_flagged')}{_outlier_note(overall)}) — the "
+        "field has not converged in those modes; run longer, check for stuck or shifted chains"
+    )
+
+
+def _field_warnings(field: Mapping[str, Any], min_ess_per_chain: float) -> list[str]:
+    warnings = []
+    overall, kbins = field["overall"], field["kbins"]
+    if overall.get("num_undefined"):
+        warnings.append(_undefined_field_warning(overall, kbins))
+    if overall.get("num_flagged"):
+        warnings.append(_flagged_field_warning(field))
+    min_ess = min_ess_per_chain * max(field["num_chains"], 1)
+    medians = np.asarray(kbins["ess_bulk_median"], dtype=float)
+    low = [b for b in np.flatnonzero(np.isfinite(medians) & (medians < min_ess))]
+    if low:
+        shown = ", ".join(f"{int(b)} ({medians[b]:.0f})" for b in low[:6])
+        warnings.append(
+            f"median bulk ESS of the field modes below {min_ess:g} in k-bins {shown}"
+            f"{' and more' if len(low) > 6 else ''} — field means there are noisy; run longer "
+            "or thin less"
+        )
+    return warnings
+
+
+def _truth_warnings(truth: Mapping[str, Any], coverage_tolerance: float) -> list[str]:
+    cov = truth.get("coverage")
+    if cov is None:
+        return []
+    warnings = []
+    for p, c in zip(cov["probs"], np.asarray(cov["coverage"]), strict=True):
+        if abs(c - p) > coverage_tolerance:
+            verdict = "too narrow (overconfident)" if c < p else "too wide"
+            warnings.append(
+                f"{100 * p:.0f}% posterior intervals cover the truth {100 * c:.0f}% of the "
+                f"time — the posterior looks {verdict}"
+            )
+    return warnings
+
+
+def _wiener_warnings(wiener: Mapping[str, Any], rms_tolerance: float) -> list[str]:
+    warnings = []
+    for key, label in (("mean", "means"), ("var", "variances")):
+        stats_ = wiener.get(key)
+        if stats_ and stats_["num"] and abs(stats_["rms"] - 1.0) > rms_tolerance:
+            warnings.append(
+                f"posterior {label} disagree with the analytic Wiener posterior: rms z-score "
+                f"{stats_['rms']:.2f} (expected 1), {100 * stats_['fraction_above_3']:.1f}% "
+                "beyond 3σ (expected 0.3%)"
+            )
+    return warnings
+
+
+def _scalar_inputs(
+    posterior: Mapping[str, ArrayLike] | None, sample_stats: Mapping[str, ArrayLike] | None
+) -> tuple[dict[str, ArrayLike], int, int]:
+    inputs: dict[str, ArrayLike] = dict(posterior or {})
+    if sample_stats is not None and "lp" in sample_stats:
+        inputs.setdefault("lp", sample_stats["lp"])
+    shapes = [np.shape(v) for v in [*inputs.values(), *(sample_stats or {}).values()]]
+    num_chains, num_draws = shapes[0][:2] if shapes else (0, 0)
+    return inputs, int(num_chains), int(num_draws)
 
 
 def build_summary(
@@ -115,7 +291,9 @@ def build_summary(
     scalars_method : {"arviz", "numpy"}, default "arviz"
         Backend of :func:`summarize_scalars`.
     rhat_threshold : float, default 1.01
+        Single-quantity rule, applied to the scalars only.
     min_ess_per_chain : float, default 100
+        Scalars: every bulk/tail ESS; field: the median bulk ESS of each k-bin.
     coverage_tolerance : float, default 0.1
         Warn when a coverage differs from its nominal probability by more than this.
     wiener_rms_tolerance : float, default 0.25
@@ -129,118 +307,43 @@ def build_summary(
         JSON-serialisable (plain lists/floats, ``None`` for NaN) with keys ``metadata``,
         ``num_chains``, ``num_draws``, ``thresholds``, ``scalars``, ``sampler``,
         ``efficiency`` (``gradient_evals_per_ess`` = total leapfrog steps / min bulk-or-tail
-        ESS over the scalars, and which quantity attains the min), ``field``, ``truth``,
-        ``wiener`` and ``warnings`` (list of plain-language strings: sampler health first,
-        then scalars, field, truth and Wiener checks).
+        ESS over the scalars and which quantity attains the min, or
+        ``no_effective_samples``: why there are none), ``field``, ``truth``, ``wiener``,
+        ``warnings`` (plain-language strings: sampler health first, then scalars, field,
+        truth and Wiener checks) and ``healthy`` (no warnings).
     """
+    scalar_inputs, num_chains, num_draws = _scalar_inputs(posterior, sample_stats)
     warnings: list[str] = []
-    scalar_inputs: dict[str, ArrayLike] = {}
-    if posterior is not None:
-        scalar_inputs.update(posterior)
-    if sample_stats is not None and "lp" in sample_stats:
-        scalar_inputs.setdefault("lp", sample_stats["lp"])
-    shapes = [np.shape(v) for v in scalar_inputs.values()]
-    if sample_stats:
-        shapes += [np.shape(v) for v in sample_stats.values()]
-    num_chains, num_draws = shapes[0][:2] if shapes else (0, 0)
-
     sampler = None
     if sample_stats is not None:
         sampler = sampler_health(sample_stats, target_accept_prob, max_tree_depth)
         warnings += sampler["warnings"]
-
     scalars = summarize_scalars(scalar_inputs, method=scalars_method) if scalar_inputs else {}
     warnings += _scalar_warnings(scalars, num_chains, rhat_threshold, min_ess_per_chain)
-
-    efficiency = None
-    if sampler is not None and sampler["gradient_evals"] is not None:
-        total = sampler["gradient_evals"]["total"]
-        candidates = [
-            (row[key], name, key)
-            for name, row in scalars.items()
-            for key in ("ess_bulk", "ess_tail")
-            if not math.isnan(row[key])
-        ]
-        efficiency = {
-            "total_gradient_evals": total,
-            "gradient_evals_per_ess": None,
-            "min_ess": None,
-            "min_ess_quantity": None,
-        }
-        if candidates:
-            min_ess, name, key = min(candidates)
-            efficiency.update(
-                gradient_evals_per_ess=total / min_ess if min_ess > 0 else math.nan,
-                min_ess=min_ess,
-                min_ess_quantity=f"{key} of {name}",
-            )
-
-    field_out = None
     if field is not None:
-        field_out = {key: value for key, value in field.items()}
-        overall = field["overall"]
-        if overall["num_rhat_above"]:
-            worst = field["worst_r_hat"][0] if field["worst_r_hat"] else None
-            detail = (
-                f" (worst {worst['r_hat']:.3f} at {worst['name']}, k-bin {worst['kbin']})"
-                if worst and math.isfinite(worst["r_hat"])
-                else ""
-            )
-            warnings.append(
-                f"R-hat > {field['rhat_threshold']:g} (or undefined) for "
-                f"{overall['num_rhat_above']} of {overall['num_values']} field-mode "
-                f"components{detail} — the field has not converged in those modes"
-            )
-        min_field_ess = min_ess_per_chain * max(field["num_chains"], 1)
-        ess_min = overall["ess_bulk_min"]
-        if not math.isnan(ess_min) and ess_min < min_field_ess:
-            worst = field["worst_ess_bulk"][0]
-            warnings.append(
-                f"bulk ESS of field modes down to {ess_min:.0f} (< {min_field_ess:g}) at "
-                f"{worst['name']}, k-bin {worst['kbin']} — field means in those modes are "
-                "noisy; run longer or thin less"
-            )
-
-    truth_out = None
+        warnings += _field_warnings(field, min_ess_per_chain)
     if truth is not None:
-        truth_out = dict(truth)
-        cov = truth.get("coverage")
-        if cov is not None:
-            for p, c in zip(cov["probs"], np.asarray(cov["coverage"]), strict=True):
-                if abs(c - p) > coverage_tolerance:
-                    verdict = "too narrow (overconfident)" if c < p else "too wide"
-                    warnings.append(
-                        f"{100 * p:.0f}% posterior intervals cover the truth "
-                        f"{100 * c:.0f}% of the time — the posterior looks {verdict}"
-                    )
-
-    wiener_out = None
-    if wiener is not None:
-        wiener_out = dict(wiener.get("summary", wiener))
-        for key, label in (("mean", "means"), ("var", "variances")):
-            stats_ = wiener_out.get(key)
-            if stats_ and stats_["num"] and abs(stats_["rms"] - 1.0) > wiener_rms_tolerance:
-                warnings.append(
-                    f"posterior {label} disagree with the analytic Wiener posterior: rms "
-                    f"z-score {stats_['rms']:.2f} (expected 1), "
-                    f"{100 * stats_['fraction_above_3']:.1f}% beyond 3σ (expected 0.3%)"
-                )
-
+        warnings += _truth_warnings(truth, coverage_tolerance)
+    wiener_out = None if wiener is None else dict(wiener.get("summary", wiener))
+    if wiener_out is not None:
+        warnings += _wiener_warnings(wiener_out, wiener_rms_tolerance)
     summary = {
         "metadata": dict(metadata) if metadata is not None else {},
-        "num_chains": int(num_chains),
-        "num_draws": int(num_draws),
+        "num_chains": num_chains,
+        "num_draws": num_draws,
         "thresholds": {
             "r_hat": rhat_threshold,
             "min_ess_per_chain": min_ess_per_chain,
             "ebfmi": EBFMI_THRESHOLD,
+            "field_false_alarm": FIELD_FALSE_ALARM if field is None else field["false_alarm"],
         },
         "scalars": scalars,
         "sampler": sampler,
-        "efficiency": efficiency,
-        "field": field_out,
-        "truth": truth_out,
+        "efficiency": _efficiency(sampler, scalars),
+        "field": None if field is None else dict(field),
+        "truth": None if truth is None else dict(truth),
         "wiener": wiener_out,
         "warnings": warnings,
+        "healthy": not warnings,
     }
     return to_jsonable(summary)

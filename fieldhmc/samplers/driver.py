@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -686,7 +687,8 @@ def _welford_update(acc, parts):
 
 
 def _progress_bar(enabled: bool, total: int, initial: int):
-    if not enabled:
+    """A tqdm bar when stderr is a terminal; else None, and each chunk is logged instead."""
+    if not enabled or not sys.stderr.isatty():
         return None
     from tqdm.auto import tqdm
 
@@ -702,8 +704,19 @@ def _report(bar, traces, n, rs, s, t0):
         "div": int(np.sum(traces["diverging"])),
         "leapfrog_per_it": float(np.mean(traces["n_steps"])),
     }
-    if bar is not None:
+    if bar is not None:  # one progress display: the bar, or (not a terminal) a log line
         bar.set_postfix({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in msg.items()})
         bar.update(n)
-    _log.info("step %d/%d %s (%.1fs)", rs.step, s.num_steps, msg, time.perf_counter() - t0)
+    else:
+        _log.info(
+            "step %d/%d (%s): accept %.3g, step size %.3g, %d divergent, %.3g leapfrog/it (%.1fs)",
+            rs.step,
+            s.num_steps,
+            phase,
+            msg["accept"],
+            msg["step"],
+            msg["div"],
+            msg["leapfrog_per_it"],
+            time.perf_counter() - t0,
+        )
     return msg
