@@ -25,9 +25,11 @@ work unchanged:
 :class:`~fieldhmc.models.LognormalPoissonModel` are :class:`ForwardFieldModel` with the
 identity forward model. Built in: :class:`~fieldhmc.models.ZeldovichForward`.
 
-A forward model may carry ``linear_gain`` (a float, default 1): the linear response
-:math:`\\partial\\mu/\\partial\\delta` at :math:`\\delta = 0`, used only for the
-Fourier-diagonal ``posterior`` preconditioner (it never changes the posterior).
+A forward model may carry ``linear_gain`` (default 1): its linear response
+:math:`g_k = \\partial\\mu_k/\\partial\\delta_k` at :math:`\\delta = 0`, a float or a
+float64 array over the half-spectrum ``[n0, n1, n2 // 2 + 1]``. It is used only for
+the Fourier-diagonal ``posterior`` preconditioner, :math:`1 + g_k^2 s_k \\bar W`
+(it never changes the posterior).
 
 User functions are checked once, eagerly, on a two-chain prior draw
 (:func:`check_forward_fn`): callable as ``forward_fn(delta, **params)``, returning a
@@ -266,7 +268,15 @@ class ForwardFieldModel(FieldModel):
         self.forward = forward
         self.forward_params = dict(forward_params or {})
         gain = 1.0 if forward is None else getattr(forward, "linear_gain", 1.0)
-        self.linear_gain = float(gain)
+        gain = np.asarray(gain, dtype=np.float64)
+        if gain.ndim != 0 and gain.shape != grid.modes_shape:
+            raise ValueError(
+                f"forward.linear_gain must be a float or of shape {grid.modes_shape}, got "
+                f"{gain.shape}"
+            )
+        if not np.all(np.isfinite(gain)):
+            raise ValueError("forward.linear_gain must be finite")
+        self.linear_gain = gain
         if check_forward is None:
             module = type(forward).__module__ if forward is not None else "fieldhmc.models"
             check_forward = not module.startswith("fieldhmc.models")
@@ -336,8 +346,36 @@ class ForwardFieldModel(FieldModel):
     @property
     def noise_precision_mean(self) -> float:
         """Mean Fisher information per voxel about :math:`\\delta` at linear order,
-        :math:`g^2 \\bar W` (``linear_gain`` :math:`g` of the forward model)."""
-        return self.likelihood.noise_precision_mean * self.linear_gain**2
+        :math:`\\langle g_k^2\\rangle \\bar W` (``linear_gain`` :math:`g` of the forward
+        model, averaged over the full spectrum)."""
+        gain2 = self.linear_gain**2
+        if gain2.ndim:
+            w = self.grid.hermitian_weights()
+            gain2 = (w * gain2).sum() / w.sum()
+        return self.likelihood.noise_precision_mean * float(gain2)
+
+    def posterior_precision_diag(self, data=None) -> np.ndarray:
+        """Fourier-diagonal approximation of the posterior precision of ``"field"``.
+
+        As :meth:`FieldModel.posterior_precision_diag` with the noise precision of each
+        mode scaled by the forward model's squared linear response :math:`g_k^2`:
+
+        .. math::
+
+            \\text{non-centred: } 1 + s_{k(j)} g_{k(j)}^2 \\bar W, \\qquad
+            \\text{centred: } 1/s_{k(j)} + g_{k(j)}^2 \\bar W .
+        """
+        if self.linear_gain.ndim == 0:
+            return super().posterior_precision_diag(data)
+        if data is not None:
+            self._check_data(data)
+        shape = self.grid.grid_shape
+        s_real = self.signal_variance_np().reshape(-1)[self._mode_of_real].reshape(shape)
+        g2 = (self.linear_gain**2).reshape(-1)[self._mode_of_real].reshape(shape)
+        w = self.likelihood.noise_precision_mean * g2
+        if self.parametrization == "noncentred":
+            return 1.0 + s_real * w
+        return np.where(self._is_mean_coordinate, 1.0, 1.0 / self._latent_variance_np() + w)
 
     def _gaussian_approximation(self, data):
         if self.forward is not None:

@@ -17,9 +17,18 @@ particle per cell), optionally smoothed with a Gaussian of radius :math:`R`,
 
 The derivative :math:`i k_a` of an even-sized axis is set to 0 on its Nyquist
 frequency (the mode is its own Hermitian partner there, so an odd operator would
-not map real fields to real fields); :math:`\\Psi(\\mathbf 0) = 0`. At linear order
-:math:`\\delta_e \\approx D\\, W_{CIC}(k)\\, e^{-k^2R^2/2}\\, \\delta` (the
-``linear_gain`` is :math:`D`).
+not map real fields to real fields); :math:`\\Psi(\\mathbf 0) = 0`.
+
+For small displacements CIC painting differentiates :math:`\\Psi` by a one-sided
+difference whose side follows the sign of the displacement; averaged over signs this
+is the centred difference, so the mean linear response (``linear_gain``, used only by
+the ``posterior`` preconditioner) is
+
+.. math::
+
+    g_k = D\\, e^{-k^2R^2/2}\\, \\frac{1}{k^2} \\sum_a k_a \\frac{\\sin(k_a h_a)}{h_a},
+
+:math:`\\to D` at low :math:`k` and 0 on the Nyquist planes (:math:`h_a` the cell size).
 
 Cost per value and gradient: 1 rfft3d + 3 irfft3d forward (the three components
 are one batched transform), 3 rfft3d + 1 irfft3d backward (the FFT adjoints of
@@ -83,7 +92,6 @@ class ZeldovichForward:
         self.grid = grid
         self.growth = growth
         self.smoothing = smoothing
-        self.linear_gain = growth
         k0, k1, k2 = (np.asarray(k, np.float64).reshape(-1) for k in grid.kvec())
         self._k = (k0, k1, k2)
         # derivative wavenumbers: 0 on the Nyquist frequency of even axes
@@ -95,6 +103,14 @@ class ZeldovichForward:
             derivative.append(kd)
         self._kd = tuple(derivative)
         self._cell = tuple(ell / n for ell, n in zip(grid.box_size, grid.grid_shape, strict=True))
+        self.linear_gain = self._linear_gain()
+
+    def _linear_gain(self) -> np.ndarray:
+        k = self.grid.kvec()
+        k2 = sum(ka**2 for ka in k)
+        centred = sum(ka * np.sin(ka * h) / h for ka, h in zip(k, self._cell, strict=True))
+        gain = self.growth * np.where(k2 > 0, centred / np.where(k2 > 0, k2, 1.0), 0.0)
+        return gain * np.exp(-0.5 * self.smoothing**2 * k2)
 
     def __repr__(self) -> str:
         return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -199,3 +200,56 @@ def test_bad_user_function_exits_2_in_one_line_and_writes_nothing(tmp_path, caps
         assert len(err) == 1, err
         assert err[0].startswith("config error: model.forward.target:") and match in err[0]
         assert not out.exists()
+
+
+def test_docs_example_is_the_tested_user_function():
+    """The function printed in docs/forward-models.md is the one the tests run."""
+    import inspect
+
+    text = (ROOT / "docs" / "forward-models.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    source = inspect.getsource(user_forward.biased_tracer)
+    assert source in blocks
+
+
+def test_forward_config_validation(tmp_path):
+    from fieldhmc.config import ConfigError, config_from_dict
+
+    def load(forward, **extra):
+        return config_from_dict({"model": {"forward": forward}, **extra}, tmp_path)
+
+    za = load({"kind": "zeldovich", "growth": 0.8, "smoothing": 4.0}).model.forward
+    assert (za.growth, za.smoothing, za.target, za.params) == (0.8, 4.0, None, None)
+    py = load({"kind": "python", "target": "a.b:c"}).model.forward
+    assert (py.params, py.growth, py.smoothing) == ({}, None, None)
+    (tmp_path / "f.py").write_text("def f(delta):\n    return delta\n")
+    config = load({"kind": "python", "target": "f.py:f", "params": {"a": [1, 2.5], "b": "x"}})
+    assert config.model.forward.target == f"{tmp_path / 'f.py'}:f"
+    assert config_from_dict(config.to_dict(), "/") == config
+    bad = {
+        "target: required when model.forward.kind=python": {"kind": "python"},
+        "target: must be 'package.module:function'": {"kind": "python", "target": "a b"},
+        "target: only used when model.forward.kind=python": {"kind": "zeldovich", "target": "a:b"},
+        "growth: only used when model.forward.kind=zeldovich": {
+            "kind": "python",
+            "target": "a:b",
+            "growth": 2.0,
+        },
+        "smoothing: must be >= 0.0 (got -1.0)": {
+            "kind": "zeldovich",
+            "smoothing": -1.0,
+        },
+        "params.x: must be a number, string, bool or a list": {
+            "kind": "python",
+            "target": "a:b",
+            "params": {"x": {"y": 1}},
+        },
+        "target: file not found": {"kind": "python", "target": "absent.py:f"},
+        "kind: must be 'python' or 'zeldovich' (got 'lpt2')": {"kind": "lpt2"},
+    }
+    for match, forward in bad.items():
+        with pytest.raises(ConfigError, match=re.escape(match.split(": ", 1)[1][:30])) as info:
+            load(forward)
+        assert f"model.forward.{match.split(':')[0]}" in str(info.value), str(info.value)
+    with pytest.raises(ConfigError, match="sampler.init: wiener needs the identity forward"):
+        load({"kind": "zeldovich"}, sampler={"init": "wiener"})
