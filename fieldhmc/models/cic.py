@@ -46,62 +46,74 @@ __all__ = ["cic_paint", "cic_readout"]
 _CORNERS = tuple((e0, e1, e2) for e0 in (0, 1) for e1 in (0, 1) for e2 in (0, 1))
 
 
-def _setup(components: Sequence[tf.Tensor], grid_shape: Sequence[int]):
-    """Flat cell indices and 1D weights of the 8 corners.
+def _corners(components: Sequence[tf.Tensor], grid_shape: Sequence[int]):
+    """Flat indices of the 8 corner cells and the fractional offsets.
 
-    ``components`` are 3 position arrays ``[batch, P]`` in cell units. Returns, per axis,
-    ``((index_e0, index_e1), (w_e0, w_e1))`` with indices already multiplied by the
-    axis stride, plus the per-batch offset ``[batch, 1]``.
+    ``components`` are 3 position arrays ``[batch, P]`` in cell units. Returns the flat
+    indices ``[batch, P, 8]`` (int32, batch offset included, periodic wrap, corners in
+    :data:`_CORNERS` order) and the 3 fractions :math:`f_a \\in [0, 1)`.
     """
     n0, n1, n2 = (int(n) for n in grid_shape)
-    strides = (n1 * n2, n2, 1)
-    axes = []
-    for x, n, stride in zip(components, (n0, n1, n2), strides, strict=True):
-        base = tf.floor(x)
-        frac = x - base
-        i0 = tf.math.floormod(tf.cast(base, tf.int32), n)
-        i1 = tf.math.floormod(i0 + 1, n)
-        axes.append(((i0 * stride, i1 * stride), (1.0 - frac, frac)))
     batch = tf.shape(components[0])[0]
     offset = tf.range(batch, dtype=tf.int32)[:, None] * (n0 * n1 * n2)
-    return axes, offset
-
-
-def _corner(axes, offset, e):
-    index = offset + axes[0][0][e[0]] + axes[1][0][e[1]] + axes[2][0][e[2]]
-    w = (axes[0][1][e[0]], axes[1][1][e[1]], axes[2][1][e[2]])
-    return index, w
+    fracs, pairs = [], []
+    for x, n, stride in zip(components, (n0, n1, n2), (n1 * n2, n2, 1), strict=True):
+        base = tf.floor(x)
+        fracs.append(x - base)
+        i0 = tf.math.floormod(tf.cast(base, tf.int32), n)
+        pairs.append(tf.stack([i0, tf.where(i0 + 1 == n, 0, i0 + 1)], -1) * stride)
+    index = (
+        (offset[..., None] + pairs[0])[..., :, None, None]
+        + pairs[1][..., None, :, None]
+        + pairs[2][..., None, None, :]
+    )
+    return tf.reshape(index, tf.concat([tf.shape(components[0]), [8]], 0)), fracs
 
 
 def _paint_flat(components, weights, grid_shape) -> tf.Tensor:
-    """Forward paint without a custom gradient; returns ``[batch, n0, n1, n2]``."""
-    axes, offset = _setup(components, grid_shape)
+    """Forward paint without a custom gradient; returns ``[batch, n0, n1, n2]``.
+
+    One scatter of the ``8 P`` corner weights :math:`m_p W_c(x_p)`.
+    """
+    index, (f0, f1, f2) = _corners(components, grid_shape)
+    w0 = tf.stack([1.0 - f0, f0], -1)[..., :, None, None] * weights[..., None, None, None]
+    w1 = tf.stack([1.0 - f1, f1], -1)[..., None, :, None]
+    w2 = tf.stack([1.0 - f2, f2], -1)[..., None, None, :]
     batch = tf.shape(weights)[0]
     size = batch * int(grid_shape[0]) * int(grid_shape[1]) * int(grid_shape[2])
-    out = tf.zeros(tf.reshape(size, [1]), weights.dtype)
-    for e in _CORNERS:
-        index, (w0, w1, w2) = _corner(axes, offset, e)
-        out = tf.tensor_scatter_nd_add(
-            out, tf.reshape(index, [-1, 1]), tf.reshape(weights * w0 * w1 * w2, [-1])
-        )
+    out = tf.tensor_scatter_nd_add(
+        tf.zeros(tf.reshape(size, [1]), weights.dtype),
+        tf.reshape(index, [-1, 1]),
+        tf.reshape(w0 * w1 * w2, [-1]),
+    )
     return tf.reshape(out, tf.concat([[batch], tf.constant(grid_shape, tf.int32)], 0))
 
 
-def _interpolate(flat: tf.Tensor, components, grid_shape, *, with_positions: bool):
-    """Readout of ``flat`` ``[batch * N]`` at the positions: values ``[batch, P]`` and,
-    if ``with_positions``, the 3 position derivatives ``[batch, P]``."""
-    axes, offset = _setup(components, grid_shape)
-    value = None
-    dpos = [None, None, None]
-    for e in _CORNERS:
-        index, (w0, w1, w2) = _corner(axes, offset, e)
-        g = tf.gather(flat, index)
-        term = w0 * w1 * w2 * g
-        value = term if value is None else value + term
-        if with_positions:
-            sign = [1.0 if ea else -1.0 for ea in e]
-            parts = (sign[0] * w1 * w2 * g, sign[1] * w0 * w2 * g, sign[2] * w0 * w1 * g)
-            dpos = [p if d is None else d + p for d, p in zip(dpos, parts, strict=True)]
+def _interpolate(field: tf.Tensor, components, grid_shape, *, with_positions: bool):
+    """Readout of ``field`` ``[batch, n0, n1, n2]`` at the positions: values
+    ``[batch, P]`` and, if ``with_positions``, the 3 position derivatives ``[batch, P]``.
+
+    One gather of the ``8 P`` corner values, then the trilinear combination done axis
+    by axis (minor axis first), which also gives the derivatives.
+    """
+    index, (f0, f1, f2) = _corners(components, grid_shape)
+    g = tf.gather(tf.reshape(field, [-1]), index)  # [batch, P, 8]
+    g = tf.reshape(g, tf.concat([tf.shape(f0), [2, 2, 2]], 0))
+    lo, hi = g[..., 0], g[..., 1]  # [batch, P, 2, 2] over (e0, e1)
+    a = lo + (hi - lo) * f2[..., None, None]
+    lo1, hi1 = a[..., 0], a[..., 1]  # [batch, P, 2] over e0
+    b = lo1 + (hi1 - lo1) * f1[..., None]
+    value = b[..., 0] + (b[..., 1] - b[..., 0]) * f0
+    if not with_positions:
+        return value, None
+    d2 = hi - lo
+    d2 = d2[..., 0] + (d2[..., 1] - d2[..., 0]) * f1[..., None]
+    d1 = hi1 - lo1
+    dpos = (
+        b[..., 1] - b[..., 0],
+        d1[..., 0] + (d1[..., 1] - d1[..., 0]) * f0,
+        d2[..., 0] + (d2[..., 1] - d2[..., 0]) * f0,
+    )
     return value, dpos
 
 
@@ -177,8 +189,7 @@ def _paint(components, weights, grid_shape):
         rho = _paint_flat((x0, x1, x2), m, grid_shape)
 
         def grad(upstream):
-            flat = tf.reshape(upstream, [-1])
-            value, dpos = _interpolate(flat, (x0, x1, x2), grid_shape, with_positions=True)
+            value, dpos = _interpolate(upstream, (x0, x1, x2), grid_shape, with_positions=True)
             return dpos[0] * m, dpos[1] * m, dpos[2] * m, value
 
         return rho, grad
@@ -191,13 +202,11 @@ def _readout(field, components, grid_shape):
 
     @tf.custom_gradient
     def readout(f, x0, x1, x2):
-        value, _ = _interpolate(tf.reshape(f, [-1]), (x0, x1, x2), grid_shape, with_positions=False)
+        value, _ = _interpolate(f, (x0, x1, x2), grid_shape, with_positions=False)
 
         def grad(upstream):
             g_field = _paint_flat((x0, x1, x2), upstream, grid_shape)
-            _, dpos = _interpolate(
-                tf.reshape(f, [-1]), (x0, x1, x2), grid_shape, with_positions=True
-            )
+            _, dpos = _interpolate(f, (x0, x1, x2), grid_shape, with_positions=True)
             return g_field, dpos[0] * upstream, dpos[1] * upstream, dpos[2] * upstream
 
         return value, grad
