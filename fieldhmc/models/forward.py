@@ -31,10 +31,10 @@ float64 array over the half-spectrum ``[n0, n1, n2 // 2 + 1]``. It is used only 
 the Fourier-diagonal ``posterior`` preconditioner, :math:`1 + g_k^2 s_k \\bar W`
 (it never changes the posterior).
 
-User functions are checked once, eagerly, on a two-chain prior draw
-(:func:`check_forward_fn`): callable as ``forward_fn(delta, **params)``, returning a
-``tf.Tensor`` of ``delta``'s shape and dtype, finite, with a finite gradient that is
-not ``None`` or identically zero. Failures raise :class:`ForwardModelError` with a
+User functions are checked once on a two-chain prior draw (:func:`check_forward_fn`):
+callable as ``forward_fn(delta, **params)``, returning a ``tf.Tensor`` of ``delta``'s
+shape and dtype, finite, with a finite gradient that is not ``None`` or identically
+zero (eagerly), and compilable with XLA. Failures raise :class:`ForwardModelError` with a
 one-line message.
 """
 
@@ -127,6 +127,7 @@ def check_forward_fn(
     delta: tf.Tensor,
     params: Mapping[str, Any] | None = None,
     name: str = "forward function",
+    compile_check: bool = True,
 ) -> None:
     """Check a forward function on a small batch, eagerly.
 
@@ -140,13 +141,18 @@ def check_forward_fn(
         Keyword arguments.
     name : str
         How to call the function in messages.
+    compile_check : bool
+        Also compile value and gradient with ``tf.function(jit_compile=True)`` (as the
+        sampler will), so graph-incompatible code (``.numpy()``, Python control flow on
+        tensor values) is reported here.
 
     Raises
     ------
     ForwardModelError
         Wrong signature, an exception when called, a result that is not a ``tf.Tensor``
-        of ``delta``'s shape and dtype, non-finite values, or a gradient with respect to
-        ``delta`` that is ``None``, not finite or identically zero.
+        of ``delta``'s shape and dtype, non-finite values, a gradient with respect to
+        ``delta`` that is ``None``, not finite or identically zero, or a failure to
+        compile with XLA.
     """
     params = dict(params or {})
     try:
@@ -203,6 +209,23 @@ def check_forward_fn(
             f"{name} is not differentiable: its gradient with respect to delta is identically "
             "zero (rounding, floor or comparisons?)"
         )
+    if compile_check:
+
+        def value_and_gradient(d):
+            with tf.GradientTape() as tape:
+                tape.watch(d)
+                y = tf.reduce_sum(forward_fn(d, **params) * probe)
+            return y, tape.gradient(y, d)
+
+        try:
+            tf.function(value_and_gradient, jit_compile=True)(delta)
+        except Exception as exc:  # noqa: BLE001 -- report the user's error in one line
+            message = _one_line(exc)
+            message = message if len(message) <= 300 else message[:297] + "..."
+            raise ForwardModelError(
+                f"{name} does not compile with XLA (tf.function(jit_compile=True)), as the "
+                f"sampler needs: {message}"
+            ) from None
 
 
 class ForwardFieldModel(FieldModel):

@@ -102,6 +102,7 @@ def test_forward_params_are_passed_and_change_the_likelihood():
         ("numpy_inside", "not a tf.Tensor"),
         ("rounds", "not differentiable"),
         ("raises", "raised RuntimeError: boom"),
+        ("eager_only", "does not compile with XLA"),
     ],
 )
 def test_check_forward_fn_reports_each_bad_function_in_one_line(name, match):

@@ -117,7 +117,7 @@ def _check(result):
 
 
 def test_zeldovich_posterior_recovers_the_truth_8():
-    _check(recover(8, num_results=300, num_burnin=200))
+    _check(recover(8, num_results=200, num_burnin=150))
 
 
 @pytest.mark.slow

@@ -52,3 +52,8 @@ def raises(delta):
 
 
 NOT_A_FUNCTION = 3.0
+
+
+def eager_only(delta):
+    """Differentiable eagerly, but ``.numpy()`` fails in a compiled graph."""
+    return delta * float(delta.numpy().std())
