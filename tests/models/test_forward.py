@@ -39,8 +39,11 @@ def _identity(delta):
     return delta * 1.0
 
 
-@pytest.mark.parametrize("sampled", [False, True], ids=["fixed", "sampled"])
-@pytest.mark.parametrize("parametrization", ["noncentred", "centred"])
+@pytest.mark.parametrize(
+    ("parametrization", "sampled"),
+    [("noncentred", False), ("centred", True)],
+    ids=["noncentred-fixed", "centred-sampled"],
+)
 @pytest.mark.parametrize("likelihood", LIKELIHOODS)
 def test_generic_construction_matches_numpy_reference(likelihood, parametrization, sampled):
     """Gaussian and lognormal-Poisson models built generically (identity forward, and a
