@@ -63,6 +63,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DataConfig",
+    "ForwardConfig",
     "GridConfig",
     "HyperparametersConfig",
     "IndexPrior",
@@ -627,8 +628,97 @@ class LikelihoodConfig(BaseModel):
         return self
 
 
+_TARGET_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+def _plain_param(value: object, where: str) -> None:
+    """Forward-model params must be plain YAML values (numbers, strings, bools, lists)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _field_error(where, f"must be finite (got {value})")
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _plain_param(item, f"{where}[{i}]")
+        return
+    raise _field_error(
+        where, f"must be a number, string, bool or a list of them (got {_show(value)})"
+    )
+
+
+class ForwardConfig(BaseModel):
+    """Forward model from the initial field delta to the prediction the likelihood sees."""
+
+    model_config = _FROZEN
+
+    kind: Literal["python", "zeldovich"] = Field(
+        description="python: your TensorFlow function `target`, called as "
+        "function(delta, **params) with delta [chains, n0, n1, n2]; zeldovich: built-in "
+        "1LPT displacement + cloud-in-cell painting (see docs/forward-models.md)."
+    )
+    target: str | None = Field(
+        None,
+        description="'package.module:function' (importable) or 'path/to/file.py:function' "
+        "(relative to the config file); kind=python only.",
+    )
+    params: dict[str, Any] | None = Field(
+        None,
+        description="Keyword arguments of the python function (numbers, strings, bools, "
+        "lists); kind=python only.",
+    )
+    growth: float | None = _finite(
+        1.0, "Linear growth factor D multiplying the Zel'dovich displacement; kind=zeldovich only."
+    )
+    smoothing: float | None = _finite(
+        None,
+        "Gaussian smoothing radius (>= 0, Mpc/h) of the evolved density; null or 0: none; "
+        "kind=zeldovich only.",
+        ge=0,
+    )
+
+    @field_validator("target", mode="before")
+    @classmethod
+    def _resolve_target(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        module, sep, attr = value.partition(":")
+        if sep and module.endswith(".py"):
+            path = _input_path(module, info)
+            if not Path(path).is_file():
+                raise _field_error("", f"file not found: {path}")
+            return f"{path}:{attr}"
+        return value
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> "ForwardConfig":
+        actual = f"model.forward.kind={self.kind}"
+        is_python = self.kind == "python"
+        if is_python and self.target is None:
+            raise _field_error("target", "required when model.forward.kind=python")
+        if self.target is not None:
+            module, _, attr = self.target.partition(":")
+            if not (module.endswith(".py") or _TARGET_RE.match(self.target)) or not attr:
+                raise _field_error(
+                    "target",
+                    f"must be 'package.module:function' or 'file.py:function' "
+                    f"(got {self.target!r})",
+                )
+        _apply_kind_rule(self, "target", is_python, "model.forward.kind=python", actual)
+        _apply_kind_rule(self, "params", is_python, "model.forward.kind=python", actual)
+        for key, value in (self.params or {}).items():
+            if not re.match(r"^[A-Za-z_]\w*$", str(key)):
+                raise _field_error("params", f"keys must be Python identifiers (got {key!r})")
+            _plain_param(value, f"params.{key}")
+        if is_python and self.params is None:
+            _set_resolved(self, params={})
+        is_zeldovich = self.kind == "zeldovich"
+        for name in ("growth", "smoothing"):
+            _apply_kind_rule(self, name, is_zeldovich, "model.forward.kind=zeldovich", actual)
+        return self
+
+
 class ModelConfig(BaseModel):
-    """Prior (parametrisation, power spectrum, hyperparameters) and likelihood."""
+    """Prior (parametrisation, power spectrum, hyperparameters), forward model and likelihood."""
 
     model_config = _FROZEN
 
@@ -642,8 +732,16 @@ class ModelConfig(BaseModel):
         default_factory=HyperparametersConfig,
         description="Sampled power-spectrum hyperparameters.",
     )
+    forward: ForwardConfig | None = Field(
+        None,
+        description="Forward model applied to the field before the likelihood compares it "
+        "with the data ({kind: zeldovich, growth, smoothing} or {kind: python, target, "
+        "params}); null: the identity (the data observe the field itself).",
+    )
     likelihood: LikelihoodConfig = Field(
-        default_factory=LikelihoodConfig, description="Likelihood of the data."
+        default_factory=LikelihoodConfig,
+        description="Likelihood of the data given the prediction (the field, or the forward "
+        "model's output).",
     )
 
     @model_validator(mode="after")
@@ -836,6 +934,12 @@ class Config(BaseModel):
         if self.data.path is not None:
             _array_error("data.path", _check_data_file, self.data.path, self.data.key, shape)
         if self.sampler.init == "wiener":
+            if self.model.forward is not None:
+                raise _field_error(
+                    "sampler.init",
+                    f"wiener needs the identity forward model (got model.forward.kind="
+                    f"{self.model.forward.kind}); use prior or zeros",
+                )
             if likelihood.kind not in GAUSSIAN_LIKELIHOODS:
                 raise _field_error(
                     "sampler.init", f"wiener needs a gaussian likelihood (got {likelihood.kind})"

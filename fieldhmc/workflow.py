@@ -65,12 +65,36 @@ def _mask(config: cfg.Config, grid) -> np.ndarray | None:
     return models.make_mask(grid, g.kind, g.fraction, g.seed)
 
 
+def _build_forward(config: cfg.Config, grid):
+    """``(forward, forward_params)`` of ``model.forward`` (``(None, {})`` for the identity)."""
+    from fieldhmc import models
+
+    forward = config.model.forward
+    if forward is None:
+        return None, {}
+    if forward.kind == "zeldovich":
+        return models.ZeldovichForward(grid, forward.growth, forward.smoothing), {}
+    try:
+        fn = models.load_forward_target(forward.target)
+    except models.ForwardModelError as exc:
+        raise cfg.ConfigError("model.forward.target", str(exc)) from None
+    return fn, dict(forward.params or {})
+
+
 def build_model(
     config: cfg.Config, mask: np.ndarray | None = None, sigma_map: np.ndarray | None = None
 ):
-    """The :class:`~fieldhmc.models.FieldModel` a config describes.
+    """The :class:`~fieldhmc.models.ForwardFieldModel` a config describes.
 
-    ``mask`` / ``sigma_map`` override the config's (a run directory stores them).
+    ``mask`` / ``sigma_map`` override the config's (a run directory stores them). A
+    ``model.forward`` of kind ``python`` is imported and checked on a two-chain prior
+    draw here, before anything is compiled or written.
+
+    Raises
+    ------
+    fieldhmc.config.ConfigError
+        ``model.forward.target`` cannot be imported or fails
+        :func:`~fieldhmc.models.check_forward_fn` (one line).
     """
     import tensorflow as tf
 
@@ -89,17 +113,23 @@ def build_model(
     lik = config.model.likelihood
     if mask is None:
         mask = _mask(config, grid)
+    forward, forward_params = _build_forward(config, grid)
     common = {
+        "forward": forward,
+        "forward_params": forward_params,
         "parametrization": config.model.parametrisation,
         "hyper_priors": hyper,
         "dtype": tf.as_dtype(config.precision),
     }
-    if lik.kind == "lognormal_poisson":
-        return models.LognormalPoissonModel(grid, power, lik.nbar, mask, **common)
-    if sigma_map is None and lik.sigma_map is not None:
-        sigma_map = np.load(lik.sigma_map)
-    sigma = sigma_map if sigma_map is not None else lik.sigma
-    return models.GaussianFieldModel(grid, power, sigma, mask, **common)
+    try:
+        if lik.kind == "lognormal_poisson":
+            return models.LognormalPoissonModel(grid, power, lik.nbar, mask, **common)
+        if sigma_map is None and lik.sigma_map is not None:
+            sigma_map = np.load(lik.sigma_map)
+        sigma = sigma_map if sigma_map is not None else lik.sigma
+        return models.GaussianFieldModel(grid, power, sigma, mask, **common)
+    except models.ForwardModelError as exc:
+        raise cfg.ConfigError("model.forward.target", str(exc)) from None
 
 
 @dataclass

@@ -10,15 +10,33 @@ Layout (one concept per module):
   :func:`measure_cross_power`, :func:`measure_power_np`;
 * :mod:`~fieldhmc.models.masks` -- :func:`make_mask`;
 * :mod:`~fieldhmc.models.field_model` -- :class:`FieldModel` (prior, parametrisation,
-  the sampler interface); :mod:`~fieldhmc.models.gaussian` and
-  :mod:`~fieldhmc.models.poisson` -- the likelihoods;
+  the sampler interface);
+* :mod:`~fieldhmc.models.forward` -- :class:`ForwardFieldModel`, the extension point:
+  prior + your forward model + a likelihood (:mod:`~fieldhmc.models.likelihoods`:
+  :class:`GaussianLikelihood`, :class:`LognormalPoissonLikelihood`);
+  :mod:`~fieldhmc.models.gaussian` and :mod:`~fieldhmc.models.poisson` -- the
+  identity-forward instances :class:`GaussianFieldModel`, :class:`LognormalPoissonModel`;
+* :mod:`~fieldhmc.models.zeldovich` -- :class:`ZeldovichForward` (1LPT + CIC,
+  :mod:`~fieldhmc.models.cic`);
 * :mod:`~fieldhmc.models.wiener_solver`, :mod:`~fieldhmc.models.wiener` -- the
   Wiener filter and exact Gaussian posteriors.
 """
 
+from fieldhmc.models.cic import cic_paint, cic_readout
 from fieldhmc.models.field_model import INIT_KINDS, PARAMETRIZATIONS, FieldModel
+from fieldhmc.models.forward import (
+    ForwardFieldModel,
+    ForwardModelError,
+    check_forward_fn,
+    load_forward_target,
+)
 from fieldhmc.models.gaussian import GaussianFieldModel
 from fieldhmc.models.grid import Grid, KBins
+from fieldhmc.models.likelihoods import (
+    GaussianLikelihood,
+    Likelihood,
+    LognormalPoissonLikelihood,
+)
 from fieldhmc.models.masks import MASK_KINDS, make_mask
 from fieldhmc.models.poisson import LognormalPoissonModel
 from fieldhmc.models.power import (
@@ -46,6 +64,7 @@ from fieldhmc.models.wiener import (
     wiener_variance,
 )
 from fieldhmc.models.wiener_solver import CGResult, conjugate_gradient, wiener_filter_mean
+from fieldhmc.models.zeldovich import ZeldovichForward
 
 __all__ = [
     "HYPERPARAMETER_NAMES",
@@ -55,9 +74,14 @@ __all__ = [
     "CGResult",
     "DensePosterior",
     "FieldModel",
+    "ForwardFieldModel",
+    "ForwardModelError",
     "GaussianFieldModel",
+    "GaussianLikelihood",
     "Grid",
     "KBins",
+    "Likelihood",
+    "LognormalPoissonLikelihood",
     "LognormalPoissonModel",
     "NormalPrior",
     "PowerLaw",
@@ -67,9 +91,14 @@ __all__ = [
     "TurnoverPowerLaw",
     "WienerPosterior",
     "WienerVariance",
+    "ZeldovichForward",
+    "check_forward_fn",
+    "cic_paint",
+    "cic_readout",
     "conjugate_gradient",
     "dense_posterior",
     "expected_binned_power",
+    "load_forward_target",
     "make_mask",
     "measure_cross_power",
     "measure_power",

@@ -75,16 +75,13 @@ INIT_KINDS: tuple[str, ...] = ("prior", "zeros", "wiener")
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
-def _zeros_like_sample(dist: tfd.Distribution) -> tf.Tensor:
-    """``safe_sample_fn`` for :class:`tfd.Masked`: masked voxels get data 0."""
-    return tf.zeros(dist.batch_shape_tensor(), dist.dtype)
-
-
 class FieldModel(abc.ABC):
     """A Gaussian random field prior with a likelihood for gridded data.
 
-    Subclasses (:class:`GaussianFieldModel`, :class:`LognormalPoissonModel`) add the
-    likelihood. The interface the samplers use:
+    Subclasses add the likelihood; :class:`~fieldhmc.models.ForwardFieldModel` (the
+    public extension point) does so with a forward model and a
+    :class:`~fieldhmc.models.Likelihood`, and :class:`GaussianFieldModel` and
+    :class:`LognormalPoissonModel` are instances of it. The interface the samplers use:
 
     * ``latent_names``, ``latent_event_shapes`` (tuples, aligned);
     * :meth:`joint_distribution`, :meth:`sample`, :meth:`posterior`;

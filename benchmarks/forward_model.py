@@ -1,0 +1,113 @@
+"""Cost of a gradient of the Zel'dovich (1LPT + CIC) forward model, side by side.
+
+Run: ``make bench`` or ``.venv/bin/python benchmarks/forward_model.py [--sizes 64 128]``.
+
+For each grid size, under ``tf.function(jit_compile=True)`` and timed round-robin in
+one process (medians):
+
+* ``pair``: one raw ``tf.signal.irfft3d`` + ``tf.signal.rfft3d`` (the unit);
+* ``zel``: value and gradient of :math:`\\langle F(\\delta), r\\rangle` with respect to
+  :math:`\\delta` for :class:`fieldhmc.models.ZeldovichForward` (no smoothing) -- what
+  one leapfrog step of the sampler pays for the forward model;
+* ``zel+smooth``: the same with Gaussian smoothing (one more FFT pair each way).
+
+Target: ``zel / pair <= 4``. Memory: the peak of TensorFlow's CPU allocator during
+one call (``tf.config.experimental.get_memory_info``, reset before each; it holds
+XLA's temporary buffers), in units of one float32 field (``4 n^3`` bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import median_seconds  # noqa: E402
+
+from fieldhmc import models  # noqa: E402
+
+
+def _block(out):
+    return [t.numpy() for t in out] if isinstance(out, tuple | list) else out.numpy()
+
+
+def _peak_bytes(fn) -> int:
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    fn()
+    return int(tf.config.experimental.get_memory_info("CPU:0")["peak"])
+
+
+def bench(n: int, repeats: int, num_chains: int) -> dict[str, float]:
+    shape = (n, n, n)
+    grid = models.Grid(shape, 8.0 * n)
+    model = models.GaussianFieldModel(grid, models.PowerLaw(1000.0, -1.5, 0.1), 1.0)
+    delta = model.field_from_latents(*model.init_latents("prior", num_chains, seed=[0, 1]))
+    rng = np.random.default_rng(0)
+    r = tf.constant(rng.standard_normal(delta.shape).astype(np.float32))
+    z = tf.signal.rfft3d(r)
+    jit = tf.function(jit_compile=True)
+
+    @jit
+    def pair(z, g):
+        x = tf.signal.irfft3d(z, shape)
+        return tf.reduce_sum(x * g), tf.signal.rfft3d(g, shape)
+
+    def make_vg(forward):
+        @jit
+        def vg(d, r):
+            with tf.GradientTape() as tape:
+                tape.watch(d)
+                y = tf.reduce_sum(forward(d) * r)
+            return y, tape.gradient(y, d)
+
+        return vg
+
+    zel = make_vg(models.ZeldovichForward(grid, growth=1.0))
+    smooth = make_vg(models.ZeldovichForward(grid, growth=1.0, smoothing=8.0))
+    fns = {
+        "pair": lambda: _block(pair(z, r)),
+        "zel": lambda: _block(zel(delta, r)),
+        "zel+smooth": lambda: _block(smooth(delta, r)),
+    }
+    times = median_seconds(fns, repeats)
+    field_bytes = 4 * n**3 * num_chains
+    peaks = {name: _peak_bytes(fn) / field_bytes for name, fn in fns.items()}
+    return {
+        **{f"ms_{k}": 1e3 * v for k, v in times.items()},
+        **{f"mem_{k}": v for k, v in peaks.items()},
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--chains", type=int, default=1)
+    args = parser.parse_args(argv)
+    print(f"Zel'dovich forward model, value+gradient, {args.chains} chain(s), float32, XLA")
+    print(
+        f"{'n':>5} {'pair ms':>9} {'zel ms':>9} {'zel/pair':>9} {'smooth ms':>10} "
+        f"{'smooth/pair':>12} {'peak mem (fields): pair':>24} {'zel':>6} {'smooth':>7}"
+    )
+    worst = 0.0
+    for n in args.sizes:
+        b = bench(n, args.repeats, args.chains)
+        ratio = b["ms_zel"] / b["ms_pair"]
+        worst = max(worst, ratio)
+        print(
+            f"{n:>5} {b['ms_pair']:>9.2f} {b['ms_zel']:>9.2f} {ratio:>9.2f} "
+            f"{b['ms_zel+smooth']:>10.2f} {b['ms_zel+smooth'] / b['ms_pair']:>12.2f} "
+            f"{b['mem_pair']:>24.1f} {b['mem_zel']:>6.1f} {b['mem_zel+smooth']:>7.1f}"
+        )
+    print(f"target zel/pair <= 4: {'met' if worst <= 4 else 'NOT met'} (worst {worst:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

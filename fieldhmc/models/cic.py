@@ -1,0 +1,214 @@
+"""Periodic cloud-in-cell (CIC) paint and readout, batched, with exact cheap gradients.
+
+Positions are in **cell units** (a particle at ``(i, j, k)`` sits on the centre of cell
+``(i, j, k)``; coordinates wrap periodically). With :math:`x_a = i_a + f_a`,
+:math:`i_a = \\lfloor x_a \\rfloor`, a particle spreads weight to the 8 cells
+:math:`c = (i_0 + e_0, i_1 + e_1, i_2 + e_2)`, :math:`e_a \\in \\{0, 1\\}`, with
+
+.. math::
+
+    W_c(x) = \\prod_a w_{e_a}(f_a), \\qquad w_0(f) = 1 - f, \\quad w_1(f) = f,
+
+so that **paint** and **readout** are
+
+.. math::
+
+    \\rho_c = \\sum_p m_p\\, W_c(x_p), \\qquad
+    v_p = \\sum_c W_c(x_p)\\, \\rho_c .
+
+Readout is the adjoint (transpose) of paint in the weights :math:`m`:
+:math:`\\langle \\mathrm{paint}(x, m), g\\rangle = \\langle m, \\mathrm{readout}(g, x)\\rangle`.
+Both are piecewise linear in the positions; their derivative with respect to
+:math:`x_{p,a}` replaces :math:`w_{e_a}` by :math:`\\partial w_{e_a}/\\partial f_a = \\pm 1`.
+
+Gradients are registered with :func:`tf.custom_gradient`: the backward pass of paint
+is one 8-corner readout of the upstream gradient (values and position derivatives
+from the same 8 gathers), and that of readout one paint plus the same gathers. No
+intermediate of the forward pass is kept. Everything is TensorFlow (scatter with
+:func:`tf.tensor_scatter_nd_add`, gathers with :func:`tf.gather`), batched over a
+leading axis and XLA-compatible.
+
+References
+----------
+1. Hockney & Eastwood (1988), *Computer Simulation Using Particles*, ch. 5.
+2. Modi, Lanusse & Seljak (2021), "FlowPM: Distributed TensorFlow implementation of
+   the FastPM cosmological N-body solver", arXiv:2010.11847.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+__all__ = ["cic_paint", "cic_readout"]
+
+_CORNERS = tuple((e0, e1, e2) for e0 in (0, 1) for e1 in (0, 1) for e2 in (0, 1))
+
+
+def _corners(components: Sequence[tf.Tensor], grid_shape: Sequence[int]):
+    """Flat indices of the 8 corner cells and the fractional offsets.
+
+    ``components`` are 3 position arrays ``[batch, P]`` in cell units. Returns the flat
+    indices ``[batch, P, 8]`` (int32, batch offset included, periodic wrap, corners in
+    :data:`_CORNERS` order) and the 3 fractions :math:`f_a \\in [0, 1)`.
+    """
+    n0, n1, n2 = (int(n) for n in grid_shape)
+    batch = tf.shape(components[0])[0]
+    offset = tf.range(batch, dtype=tf.int32)[:, None] * (n0 * n1 * n2)
+    fracs, pairs = [], []
+    for x, n, stride in zip(components, (n0, n1, n2), (n1 * n2, n2, 1), strict=True):
+        base = tf.floor(x)
+        fracs.append(x - base)
+        i0 = tf.math.floormod(tf.cast(base, tf.int32), n)
+        pairs.append(tf.stack([i0, tf.where(i0 + 1 == n, 0, i0 + 1)], -1) * stride)
+    index = (
+        (offset[..., None] + pairs[0])[..., :, None, None]
+        + pairs[1][..., None, :, None]
+        + pairs[2][..., None, None, :]
+    )
+    return tf.reshape(index, tf.concat([tf.shape(components[0]), [8]], 0)), fracs
+
+
+def _paint_flat(components, weights, grid_shape) -> tf.Tensor:
+    """Forward paint without a custom gradient; returns ``[batch, n0, n1, n2]``.
+
+    One scatter of the ``8 P`` corner weights :math:`m_p W_c(x_p)`.
+    """
+    index, (f0, f1, f2) = _corners(components, grid_shape)
+    w0 = tf.stack([1.0 - f0, f0], -1)[..., :, None, None] * weights[..., None, None, None]
+    w1 = tf.stack([1.0 - f1, f1], -1)[..., None, :, None]
+    w2 = tf.stack([1.0 - f2, f2], -1)[..., None, None, :]
+    batch = tf.shape(weights)[0]
+    size = batch * int(grid_shape[0]) * int(grid_shape[1]) * int(grid_shape[2])
+    out = tf.tensor_scatter_nd_add(
+        tf.zeros(tf.reshape(size, [1]), weights.dtype),
+        tf.reshape(index, [-1, 1]),
+        tf.reshape(w0 * w1 * w2, [-1]),
+    )
+    return tf.reshape(out, tf.concat([[batch], tf.constant(grid_shape, tf.int32)], 0))
+
+
+def _interpolate(field: tf.Tensor, components, grid_shape, *, with_positions: bool):
+    """Readout of ``field`` ``[batch, n0, n1, n2]`` at the positions: values
+    ``[batch, P]`` and, if ``with_positions``, the 3 position derivatives ``[batch, P]``.
+
+    One gather of the ``8 P`` corner values, then the trilinear combination done axis
+    by axis (minor axis first), which also gives the derivatives.
+    """
+    index, (f0, f1, f2) = _corners(components, grid_shape)
+    g = tf.gather(tf.reshape(field, [-1]), index)  # [batch, P, 8]
+    g = tf.reshape(g, tf.concat([tf.shape(f0), [2, 2, 2]], 0))
+    lo, hi = g[..., 0], g[..., 1]  # [batch, P, 2, 2] over (e0, e1)
+    a = lo + (hi - lo) * f2[..., None, None]
+    lo1, hi1 = a[..., 0], a[..., 1]  # [batch, P, 2] over e0
+    b = lo1 + (hi1 - lo1) * f1[..., None]
+    value = b[..., 0] + (b[..., 1] - b[..., 0]) * f0
+    if not with_positions:
+        return value, None
+    d2 = hi - lo
+    d2 = d2[..., 0] + (d2[..., 1] - d2[..., 0]) * f1[..., None]
+    d1 = hi1 - lo1
+    dpos = (
+        b[..., 1] - b[..., 0],
+        d1[..., 0] + (d1[..., 1] - d1[..., 0]) * f0,
+        d2[..., 0] + (d2[..., 1] - d2[..., 0]) * f0,
+    )
+    return value, dpos
+
+
+def _check(positions: tf.Tensor, grid_shape: Sequence[int]) -> tuple[int, int, int]:
+    grid_shape = tuple(int(n) for n in grid_shape)
+    if len(grid_shape) != 3 or min(grid_shape) < 1:
+        raise ValueError(f"grid_shape must be 3 positive integers, got {grid_shape}")
+    if positions.shape.rank != 3 or positions.shape[-1] != 3:
+        raise ValueError(f"positions must be [batch, num_particles, 3], got {positions.shape}")
+    return grid_shape
+
+
+def cic_paint(positions, weights, grid_shape: Sequence[int]) -> tf.Tensor:
+    """Paint particles onto a periodic grid with cloud-in-cell weights.
+
+    .. math:: \\rho_c = \\sum_p m_p\\, W_c(x_p)
+
+    Parameters
+    ----------
+    positions : tf.Tensor
+        float32/float64 ``[batch, num_particles, 3]`` in cell units (any real values;
+        wrapped periodically).
+    weights : tf.Tensor or None
+        ``[batch, num_particles]`` particle masses :math:`m_p` (same dtype); ``None``
+        means 1 for every particle.
+    grid_shape : sequence of 3 int
+        ``(n0, n1, n2)``.
+
+    Returns
+    -------
+    tf.Tensor
+        ``[batch, n0, n1, n2]``, the painted mass per cell (dtype of ``positions``).
+        Differentiable in ``positions`` and ``weights`` (exact, piecewise-linear).
+    """
+    positions = tf.convert_to_tensor(positions)
+    grid_shape = _check(positions, grid_shape)
+    if weights is None:
+        weights = tf.ones(tf.shape(positions)[:2], positions.dtype)
+    weights = tf.convert_to_tensor(weights, positions.dtype)
+    return _paint(tf.unstack(positions, axis=-1), weights, grid_shape)
+
+
+def cic_readout(field, positions, grid_shape: Sequence[int] | None = None) -> tf.Tensor:
+    """Interpolate a periodic grid at particle positions (the adjoint of :func:`cic_paint`).
+
+    .. math:: v_p = \\sum_c W_c(x_p)\\, \\rho_c
+
+    Parameters
+    ----------
+    field : tf.Tensor
+        ``[batch, n0, n1, n2]``.
+    positions : tf.Tensor
+        ``[batch, num_particles, 3]`` in cell units, same dtype as ``field``.
+    grid_shape : sequence of 3 int, optional
+        Defaults to ``field.shape[1:]``.
+
+    Returns
+    -------
+    tf.Tensor
+        ``[batch, num_particles]``; differentiable in ``field`` and ``positions``.
+    """
+    field = tf.convert_to_tensor(field)
+    positions = tf.convert_to_tensor(positions, field.dtype)
+    grid_shape = _check(positions, grid_shape if grid_shape is not None else field.shape[1:])
+    return _readout(field, tf.unstack(positions, axis=-1), grid_shape)
+
+
+def _paint(components, weights, grid_shape):
+    """:func:`cic_paint` on position components ``3 x [batch, P]`` (custom gradient)."""
+
+    @tf.custom_gradient
+    def paint(x0, x1, x2, m):
+        rho = _paint_flat((x0, x1, x2), m, grid_shape)
+
+        def grad(upstream):
+            value, dpos = _interpolate(upstream, (x0, x1, x2), grid_shape, with_positions=True)
+            return dpos[0] * m, dpos[1] * m, dpos[2] * m, value
+
+        return rho, grad
+
+    return paint(*components, weights)
+
+
+def _readout(field, components, grid_shape):
+    """:func:`cic_readout` on position components ``3 x [batch, P]`` (custom gradient)."""
+
+    @tf.custom_gradient
+    def readout(f, x0, x1, x2):
+        value, _ = _interpolate(f, (x0, x1, x2), grid_shape, with_positions=False)
+
+        def grad(upstream):
+            g_field = _paint_flat((x0, x1, x2), upstream, grid_shape)
+            _, dpos = _interpolate(f, (x0, x1, x2), grid_shape, with_positions=True)
+            return g_field, dpos[0] * upstream, dpos[1] * upstream, dpos[2] * upstream
+
+        return value, grad
+
+    return readout(field, *components)

@@ -1,0 +1,418 @@
+"""Bring your own forward model: field prior + forward model + likelihood.
+
+A **forward model** is any TensorFlow function
+
+.. code-block:: python
+
+    prediction = forward_fn(delta, **params)
+
+from the overdensity :math:`\\delta` (the prior's field, ``[chains, n0, n1, n2]`` in
+the model dtype) to a prediction on the data grid of the same shape and dtype,
+differentiable in :math:`\\delta` and batch-independent along the leading axis. A
+:class:`~fieldhmc.models.likelihoods.Likelihood` compares the prediction with the data
+(where it would have compared :math:`\\delta`). :class:`ForwardFieldModel` combines the
+two with the Gaussian-random-field prior of :class:`~fieldhmc.models.FieldModel`, so
+the prior over Fourier modes, both parametrisations, sampled hyperparameters, float64
+reductions, initial states, preconditioners, samplers, checkpoints and diagnostics
+work unchanged:
+
+.. math::
+
+    \\ln p(\\theta, x \\mid d) = \\ln p(\\theta) + \\ln p(x \\mid \\theta)
+    + \\ln p\\bigl(d \\mid \\mu = F(\\delta(x, \\theta))\\bigr) + \\text{const}.
+
+:class:`~fieldhmc.models.GaussianFieldModel` and
+:class:`~fieldhmc.models.LognormalPoissonModel` are :class:`ForwardFieldModel` with the
+identity forward model. Built in: :class:`~fieldhmc.models.ZeldovichForward`.
+
+A forward model may carry ``linear_gain`` (default 1): its linear response
+:math:`g_k = \\partial\\mu_k/\\partial\\delta_k` at :math:`\\delta = 0`, a float or a
+float64 array over the half-spectrum ``[n0, n1, n2 // 2 + 1]``. It is used only for
+the Fourier-diagonal ``posterior`` preconditioner, :math:`1 + g_k^2 s_k \\bar W`
+(it never changes the posterior).
+
+User functions are checked once on a two-chain prior draw (:func:`check_forward_fn`):
+callable as ``forward_fn(delta, **params)``, returning a ``tf.Tensor`` of ``delta``'s
+shape and dtype, finite, with a finite gradient that is not ``None`` or identically
+zero (eagerly), and compilable with XLA. Failures raise :class:`ForwardModelError` with a
+one-line message.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from fieldhmc.models.field_model import FieldModel
+from fieldhmc.models.grid import Grid
+from fieldhmc.models.likelihoods import Likelihood
+from fieldhmc.models.power import PowerSpectrum
+from fieldhmc.models.priors import NormalPrior
+
+__all__ = [
+    "ForwardFieldModel",
+    "ForwardModelError",
+    "check_forward_fn",
+    "load_forward_target",
+]
+
+
+class ForwardModelError(ValueError):
+    """A forward function that cannot be used (one-line message)."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+def load_forward_target(target: str) -> Callable[..., Any]:
+    """Import ``"package.module:function"`` (or ``"/path/to/file.py:function"``).
+
+    Parameters
+    ----------
+    target : str
+        Module (dotted import path, or a ``.py`` file path) and attribute (dotted)
+        separated by one ``:``.
+
+    Returns
+    -------
+    callable
+
+    Raises
+    ------
+    ForwardModelError
+        Malformed target, the module cannot be imported (or raises on import), the
+        attribute is missing or not callable.
+    """
+    module_name, sep, attr = str(target).partition(":")
+    if not sep or not module_name or not attr or ":" in attr:
+        raise ForwardModelError(f"target must be 'module:function', got {target!r}")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.is_file():
+                raise FileNotFoundError(f"no such file {path}")
+            name = f"fieldhmc_user_forward_{abs(hash(str(path.resolve())))}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 -- any failure on import is the user's
+        raise ForwardModelError(f"cannot import {module_name!r}: {_one_line(exc)}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ForwardModelError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ForwardModelError(f"{target!r} is a {type(obj).__name__}, not a function")
+    return obj
+
+
+def check_forward_fn(
+    forward_fn: Callable[..., Any],
+    delta: tf.Tensor,
+    params: Mapping[str, Any] | None = None,
+    name: str = "forward function",
+    compile_check: bool = True,
+) -> None:
+    """Check a forward function on a small batch, eagerly.
+
+    Parameters
+    ----------
+    forward_fn : callable
+        ``forward_fn(delta, **params) -> prediction``.
+    delta : tf.Tensor
+        A test input ``[chains, n0, n1, n2]`` (e.g. a two-chain prior draw).
+    params : mapping, optional
+        Keyword arguments.
+    name : str
+        How to call the function in messages.
+    compile_check : bool
+        Also compile value and gradient with ``tf.function(jit_compile=True)`` (as the
+        sampler will), so graph-incompatible code (``.numpy()``, Python control flow on
+        tensor values) is reported here.
+
+    Raises
+    ------
+    ForwardModelError
+        Wrong signature, an exception when called, a result that is not a ``tf.Tensor``
+        of ``delta``'s shape and dtype, non-finite values, a gradient with respect to
+        ``delta`` that is ``None``, not finite or identically zero, or a failure to
+        compile with XLA.
+    """
+    params = dict(params or {})
+    try:
+        inspect.signature(forward_fn).bind(delta, **params)
+    except TypeError as exc:
+        keys = "".join(f", {k}=..." for k in params)
+        raise ForwardModelError(
+            f"{name} cannot be called as function(delta{keys}): {exc}"
+        ) from None
+    except ValueError:  # no signature (builtins): let the call decide
+        pass
+    delta = tf.convert_to_tensor(delta)
+    try:
+        with tf.GradientTape() as tape:
+            tape.watch(delta)
+            out = forward_fn(delta, **params)
+            if not isinstance(out, tf.Tensor):
+                raise ForwardModelError(
+                    f"{name} returned a {type(out).__name__}, not a tf.Tensor (write it with "
+                    "TensorFlow ops so it is differentiable)"
+                )
+            if tuple(out.shape) != tuple(delta.shape):
+                raise ForwardModelError(
+                    f"{name} returned shape {list(out.shape)} for delta of shape "
+                    f"{list(delta.shape)}; it must return a prediction on the data grid, "
+                    "[chains, n0, n1, n2]"
+                )
+            if out.dtype != delta.dtype:
+                raise ForwardModelError(
+                    f"{name} returned {out.dtype.name} for {delta.dtype.name} delta; it must "
+                    "return delta's dtype"
+                )
+            probe = tf.random.stateless_normal(tf.shape(out), [3, 5], dtype=out.dtype)
+            loss = tf.reduce_sum(out * probe)
+        grad = tape.gradient(loss, delta)
+    except ForwardModelError:
+        raise
+    except LookupError as exc:  # "No gradient defined for operation ..."
+        raise ForwardModelError(f"{name} is not differentiable: {_one_line(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 -- report the user's error in one line
+        raise ForwardModelError(f"{name} raised {_one_line(exc)}") from None
+    if not bool(tf.reduce_all(tf.math.is_finite(out))):
+        raise ForwardModelError(f"{name} returned non-finite values (NaN or Inf)")
+    if grad is None:
+        raise ForwardModelError(
+            f"{name} is not differentiable: the gradient of its output with respect to delta "
+            "is None (non-TensorFlow code, tf.stop_gradient or a cast to an integer dtype?)"
+        )
+    grad = tf.convert_to_tensor(grad)
+    if not bool(tf.reduce_all(tf.math.is_finite(grad))):
+        raise ForwardModelError(f"{name} has a non-finite gradient with respect to delta")
+    if not bool(tf.reduce_any(grad != 0)):
+        raise ForwardModelError(
+            f"{name} is not differentiable: its gradient with respect to delta is identically "
+            "zero (rounding, floor or comparisons?)"
+        )
+    if compile_check:
+
+        def value_and_gradient(d):
+            with tf.GradientTape() as tape:
+                tape.watch(d)
+                y = tf.reduce_sum(forward_fn(d, **params) * probe)
+            return y, tape.gradient(y, d)
+
+        try:
+            tf.function(value_and_gradient, jit_compile=True)(delta)
+        except Exception as exc:  # noqa: BLE001 -- report the user's error in one line
+            message = _one_line(exc)
+            message = message if len(message) <= 300 else message[:297] + "..."
+            raise ForwardModelError(
+                f"{name} does not compile with XLA (tf.function(jit_compile=True)), as the "
+                f"sampler needs: {message}"
+            ) from None
+
+
+class ForwardFieldModel(FieldModel):
+    """A Gaussian-random-field prior observed through a forward model and a likelihood.
+
+    .. math:: d \\sim p(d \\mid \\mu), \\qquad \\mu = F(\\delta;\\ \\text{params})
+
+    Parameters
+    ----------
+    grid : Grid
+    power : PowerSpectrum
+        Prior power spectrum of :math:`\\delta`.
+    likelihood : Likelihood
+        Compares the prediction with the data (its grid must be ``grid``).
+    forward : callable, optional
+        ``forward(delta, **forward_params) -> prediction``, ``[chains, n0, n1, n2]``
+        in and out, model dtype, written with TensorFlow ops (differentiable,
+        XLA-compatible). ``None``: the identity, :math:`\\mu = \\delta`.
+    forward_params : mapping, optional
+        Keyword arguments of ``forward`` (Python values, passed as given).
+    check_forward : bool, optional
+        Run :func:`check_forward_fn` on a two-chain prior draw. Default: True unless
+        ``forward`` is ``None`` or a built-in forward model of :mod:`fieldhmc.models`.
+    parametrization, hyper_priors, dtype
+        See :class:`~fieldhmc.models.FieldModel`.
+
+    Raises
+    ------
+    ValueError
+        As :class:`~fieldhmc.models.FieldModel`; a likelihood on another grid.
+    ForwardModelError
+        ``forward`` fails :func:`check_forward_fn`.
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        power: PowerSpectrum,
+        likelihood: Likelihood,
+        forward: Callable[..., tf.Tensor] | None = None,
+        forward_params: Mapping[str, Any] | None = None,
+        *,
+        check_forward: bool | None = None,
+        parametrization: str = "noncentred",
+        hyper_priors: Mapping[str, NormalPrior | tuple[float, float]] | None = None,
+        dtype: tf.DType = tf.float32,
+    ):
+        super().__init__(
+            grid, power, parametrization=parametrization, hyper_priors=hyper_priors, dtype=dtype
+        )
+        if not isinstance(likelihood, Likelihood):
+            raise ValueError(
+                f"likelihood must be a fieldhmc.models.Likelihood, got {type(likelihood).__name__}"
+            )
+        if likelihood.grid.grid_shape != grid.grid_shape:
+            raise ValueError(
+                f"likelihood grid {likelihood.grid.grid_shape} differs from the model grid "
+                f"{grid.grid_shape}"
+            )
+        if forward is not None and not callable(forward):
+            raise ValueError(f"forward must be callable, got {type(forward).__name__}")
+        self.likelihood = likelihood
+        self.forward = forward
+        self.forward_params = dict(forward_params or {})
+        gain = 1.0 if forward is None else getattr(forward, "linear_gain", 1.0)
+        gain = np.asarray(gain, dtype=np.float64)
+        if gain.ndim != 0 and gain.shape != grid.modes_shape:
+            raise ValueError(
+                f"forward.linear_gain must be a float or of shape {grid.modes_shape}, got "
+                f"{gain.shape}"
+            )
+        if not np.all(np.isfinite(gain)):
+            raise ValueError("forward.linear_gain must be finite")
+        self.linear_gain = gain
+        if check_forward is None:
+            module = type(forward).__module__ if forward is not None else "fieldhmc.models"
+            check_forward = not module.startswith("fieldhmc.models")
+        if check_forward and forward is not None:
+            self.check_forward()
+
+    # --- the forward model --------------------------------------------------------------
+    def check_forward(self, num_chains: int = 2, seed=(8, 1)) -> None:
+        """Run :func:`check_forward_fn` on a ``num_chains`` prior draw of :math:`\\delta`."""
+        latents = self.init_latents("prior", num_chains, seed=list(seed))
+        delta = self.field_from_latents(*latents)
+        name = getattr(self.forward, "__qualname__", type(self.forward).__name__)
+        check_forward_fn(self.forward, delta, self.forward_params, name=f"forward {name}")
+
+    def predict(self, delta) -> tf.Tensor:
+        """The prediction :math:`\\mu = F(\\delta)` on the data grid.
+
+        Parameters
+        ----------
+        delta : tf.Tensor
+            ``[..., n0, n1, n2]`` in the model dtype; the leading axes are flattened
+            into one chain axis for the forward function and restored after.
+
+        Returns
+        -------
+        tf.Tensor
+            ``[..., n0, n1, n2]`` in the model dtype.
+        """
+        if self.forward is None:
+            return delta
+        # the forward function always sees one leading (chain) axis
+        shape = tf.shape(delta)
+        flat = tf.reshape(delta, tf.concat([[-1], shape[-3:]], 0))
+        flat = tf.ensure_shape(flat, [None, *self.grid.grid_shape])
+        out = self.forward(flat, **self.forward_params)
+        return tf.reshape(out, shape)
+
+    @property
+    def is_gaussian_likelihood(self) -> bool:  # type: ignore[override]
+        """True if the posterior is Gaussian in :math:`\\delta` (identity forward, Gaussian
+        likelihood): then the Wiener filter is exact."""
+        return self.forward is None and self.likelihood.is_gaussian
+
+    @property
+    def mask(self) -> np.ndarray | None:
+        """The likelihood's mask (float64 ``grid_shape``) or ``None``."""
+        return self.likelihood.mask
+
+    # --- FieldModel hooks -------------------------------------------------------------------
+    def _sigma2_for_likelihood(self, hp, c):
+        if not self.likelihood.uses_prior_variance:
+            return None
+        return self._sigma2_delta(hp, c)
+
+    def _check_data(self, data) -> np.ndarray:
+        return self.likelihood.check_data(data)
+
+    def _likelihood_constants(self, data: np.ndarray) -> dict[str, tf.Tensor]:
+        return self.likelihood.constants(data, self.dtype)
+
+    def _log_likelihood(self, delta, hp, c, lc) -> tf.Tensor:
+        return self.likelihood.log_prob(self.predict(delta), lc, self._sigma2_for_likelihood(hp, c))
+
+    def _data_distribution(self, delta, hp, c):
+        return self.likelihood.distribution(self.predict(delta), self._sigma2_for_likelihood(hp, c))
+
+    @property
+    def noise_precision_mean(self) -> float:
+        """Mean Fisher information per voxel about :math:`\\delta` at linear order,
+        :math:`\\langle g_k^2\\rangle \\bar W` (``linear_gain`` :math:`g` of the forward
+        model, averaged over the full spectrum)."""
+        gain2 = self.linear_gain**2
+        if gain2.ndim:
+            w = self.grid.hermitian_weights()
+            gain2 = (w * gain2).sum() / w.sum()
+        return self.likelihood.noise_precision_mean * float(gain2)
+
+    def posterior_precision_diag(self, data=None) -> np.ndarray:
+        """Fourier-diagonal approximation of the posterior precision of ``"field"``.
+
+        As :meth:`FieldModel.posterior_precision_diag` with the noise precision of each
+        mode scaled by the forward model's squared linear response :math:`g_k^2`:
+
+        .. math::
+
+            \\text{non-centred: } 1 + s_{k(j)} g_{k(j)}^2 \\bar W, \\qquad
+            \\text{centred: } 1/s_{k(j)} + g_{k(j)}^2 \\bar W .
+        """
+        if self.linear_gain.ndim == 0:
+            return super().posterior_precision_diag(data)
+        if data is not None:
+            self._check_data(data)
+        shape = self.grid.grid_shape
+        s_real = self.signal_variance_np().reshape(-1)[self._mode_of_real].reshape(shape)
+        g2 = (self.linear_gain**2).reshape(-1)[self._mode_of_real].reshape(shape)
+        w = self.likelihood.noise_precision_mean * g2
+        if self.parametrization == "noncentred":
+            return 1.0 + s_real * w
+        return np.where(self._is_mean_coordinate, 1.0, 1.0 / self._latent_variance_np() + w)
+
+    def _gaussian_approximation(self, data):
+        if self.forward is not None:
+            raise ValueError(
+                "the Wiener-filter approximation needs the identity forward model (use init "
+                "'prior' or 'zeros' with a forward model)"
+            )
+        return self.likelihood.gaussian_approximation(data)
+
+    def __repr__(self) -> str:
+        forward = None if self.forward is None else getattr(self.forward, "__qualname__", None)
+        forward = forward or repr(self.forward)
+        return (
+            f"{type(self).__name__}(grid={self.grid}, power={self.power!r}, "
+            f"likelihood={type(self.likelihood).__name__}, forward={forward}, "
+            f"parametrization={self.parametrization!r}, sampled={self.hyper_names})"
+        )

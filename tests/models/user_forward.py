@@ -1,0 +1,59 @@
+"""A user's own forward models for the tests (and the example in docs/forward-models.md).
+
+``biased_tracer`` is a good one; the others each break one rule that
+:func:`fieldhmc.models.check_forward_fn` must report.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from fieldhmc import ops
+
+
+def biased_tracer(delta, bias=1.5, smoothing_cells=1.0):
+    """A linear bias of a Gaussian-smoothed field: b * (W * delta), [chains, n0, n1, n2]."""
+    n0, n1, n2 = delta.shape[-3:]
+    k0 = 2 * np.pi * np.fft.fftfreq(n0)[:, None, None]
+    k1 = 2 * np.pi * np.fft.fftfreq(n1)[None, :, None]
+    k2 = 2 * np.pi * np.fft.rfftfreq(n2)[None, None, :]
+    kernel = np.exp(-0.5 * smoothing_cells**2 * (k0**2 + k1**2 + k2**2))
+    modes = ops.rfft3d(delta)
+    modes = modes * tf.cast(tf.constant(kernel, delta.dtype), modes.dtype)
+    return bias * ops.irfft3d(modes, fft_length=(n0, n1, n2))
+
+
+def needs_two(delta, other):
+    """Wrong signature: a second positional argument without a default."""
+    return delta + other
+
+
+def wrong_shape(delta):
+    return delta[:, 0]
+
+
+def wrong_dtype(delta):
+    return tf.cast(delta, tf.float64 if delta.dtype == tf.float32 else tf.float32)
+
+
+def not_differentiable(delta):
+    return tf.stop_gradient(delta) * 2.0
+
+
+def numpy_inside(delta):
+    return np.asarray(delta) * 2.0
+
+
+def rounds(delta):
+    return tf.round(delta * 10.0) / 10.0
+
+
+def raises(delta):
+    raise RuntimeError("boom")
+
+
+NOT_A_FUNCTION = 3.0
+
+
+def eager_only(delta):
+    """Differentiable eagerly, but ``.numpy()`` fails in a compiled graph."""
+    return delta * float(delta.numpy().std())
