@@ -16,7 +16,12 @@ Layout (one concept per module):
   Wiener filter and exact Gaussian posteriors.
 """
 
-from fieldhmc.models.field_model import INIT_KINDS, PARAMETRIZATIONS, FieldModel
+from fieldhmc.models.field_model import (
+    INIT_KINDS,
+    PARAMETRIZATIONS,
+    FieldModel,
+    RepinnableTarget,
+)
 from fieldhmc.models.gaussian import GaussianFieldModel
 from fieldhmc.models.grid import Grid, KBins
 from fieldhmc.models.masks import MASK_KINDS, make_mask
@@ -55,6 +60,7 @@ __all__ = [
     "CGResult",
     "DensePosterior",
     "FieldModel",
+    "RepinnableTarget",
     "GaussianFieldModel",
     "Grid",
     "KBins",
