@@ -200,7 +200,8 @@ def sbc_realisation(job: SbcJob) -> dict:
             ("real", modes_truth.real, np.ones(len(idx), bool)),
             ("imag", modes_truth.imag, has_imag),
         ):
-            names += [f"{m}.{part}" for m, kept in zip(workflow.mode_names(idx), keep) if kept]
+            mode_names = workflow.mode_names(idx)
+            names += [f"{m}.{part}" for m, kept in zip(mode_names, keep, strict=True) if kept]
             k_of += [np.nan] * int(keep.sum())
             draws.append(pooled(traces[f"tracked_{part}"][tidx])[:, keep])
             truths.append(values[keep].astype(np.float64))
@@ -565,7 +566,11 @@ def _flatten(prefix: str, obj: Any, out: dict) -> None:
 
 
 def sweep_run(job: SweepJob) -> dict:
-    """One sweep point: a full ``fieldhmc run``; returns its summary row (``sweep.json``)."""
+    """One sweep point: a full ``fieldhmc run``; returns its summary row (``sweep.json``).
+
+    Points that differ only in ``sampler.seed`` / ``data.seed`` share the worker's
+    compiled sampler.
+    """
     out = Path(job.out_dir)
     done = _read_marker(out / SWEEP_MARKER)
     if done is not None:
@@ -575,7 +580,16 @@ def sweep_run(job: SweepJob) -> dict:
 
     t0 = time.perf_counter()
     config = cfg.config_from_dict(job.config, out)
-    workflow.run(config, out, overwrite=True, progress=False, plots=job.plots)
+    # workflow.run, with this worker's compiled sampler when only the seeds differ.
+    d = workflow._obtain_data(config, workflow.build_model(config))
+    model, sampler = _compiled(config, d.data)
+    run = io.prepare_run_directory(out, overwrite=True)
+    workflow._write_config(run, config)
+    workflow._write_data(run, model, d)
+    workflow._sample(run, config, model, d.data, resume_run=False, progress=False, sampler=sampler)
+    workflow.diagnose(run.root)
+    if job.plots:
+        workflow.plot(run.root)
     summary = json.loads((out / "summary.json").read_text())
     row: dict = {"run": job.label, **job.values}
     flat: dict = {}
