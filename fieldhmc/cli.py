@@ -396,6 +396,7 @@ def _cmd_sbc(args: argparse.Namespace) -> int:
     out_dir = Path(os.path.abspath(args.out))
     from fieldhmc import sweep
 
+    sweep.check_sbc_config(config, simulate)  # before any cluster starts
     with _open_client(args) as client:
         result = sweep.run_sbc(
             config,

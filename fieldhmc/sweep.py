@@ -50,6 +50,7 @@ __all__ = [
     "SbcJob",
     "SweepJob",
     "SweepPoint",
+    "check_sbc_config",
     "gather_sbc",
     "run_sbc",
     "run_sweep",
@@ -235,7 +236,8 @@ def _realisation_raw(raw: dict, index: int, *, sampler_seed: bool) -> dict:
     return raw
 
 
-def _check_sbc_config(config: cfg.Config) -> None:
+def check_sbc_config(config: cfg.Config, simulate_config: cfg.Config | None = None) -> None:
+    """Raise ``ValueError`` (one line) if ``config`` cannot be calibrated by SBC."""
     if config.data.source != "simulate":
         raise ValueError(f"data.source: sbc simulates its data (got {config.data.source})")
     if not config.outputs.store_fields:
@@ -245,6 +247,10 @@ def _check_sbc_config(config: cfg.Config) -> None:
             f"outputs.field_thin ({config.outputs.field_thin}) must be a multiple of "
             f"sampler.thin ({config.sampler.thin}) for sbc"
         )
+    if simulate_config is not None and tuple(simulate_config.grid.shape) != tuple(
+        config.grid.shape
+    ):
+        raise ValueError("grid.shape: --simulate-set must not change the grid")
 
 
 def _spec_guard(path: Path, spec: dict, what: str) -> None:
@@ -310,10 +316,8 @@ def run_sbc(
 
     if num_realisations < 1:
         raise ValueError(f"--realisations must be >= 1 (got {num_realisations})")
-    _check_sbc_config(config)
+    check_sbc_config(config, simulate_config)
     sim = simulate_config if simulate_config is not None else config
-    if tuple(sim.grid.shape) != tuple(config.grid.shape):
-        raise ValueError("the simulation config must have the fit config's grid.shape")
     out = Path(os.path.abspath(out_dir))
     fit_raw, sim_raw = _strip_outputs(config.to_dict()), _strip_outputs(sim.to_dict())
     _spec_guard(out / "sbc_spec.json", {"config": fit_raw, "simulate_config": sim_raw}, "an SBC")

@@ -269,6 +269,22 @@ def test_cli_sbc_on_external_scheduler_matches_local_cluster(
     assert len(pids) == 1  # all on the one external worker
 
 
+def test_cli_sbc_errors_are_one_line_before_any_cluster(tmp_path, capsys, monkeypatch):
+    config = tmp_path / "h8.yaml"
+    cfg.write_yaml(small_config().to_dict(), config)
+    out = str(tmp_path / "x")
+    argv = ["sbc", str(config), "--realisations", "2", "--out", out]
+    assert main([*argv, "--set", "outputs.store_fields=false"]) == 2
+    assert "store_fields" in capsys.readouterr().err
+    assert main([*argv, "--simulate-set", "grid.shape=[4,4,4]"]) == 2
+    assert "grid.shape" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "fieldhmc[distributed]" in err
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.slow
 def test_sbc_rejects_a_miscalibrated_likelihood(client, tmp_path):
     """Simulate with sigma 30% above the fit's: the posterior is overconfident.
@@ -292,11 +308,14 @@ def test_sbc_rejects_a_miscalibrated_likelihood(client, tmp_path):
 
     rng = np.random.default_rng(0)
     ranks = ds["rank"].values
-    rejected = []
-    for _ in range(200):
-        sub = ranks[rng.choice(n, 20, replace=False)]
-        tests = sbc.uniformity_tests(sub, int(ds.attrs["num_draws"]))
-        rejected.append(sbc.bonferroni(np.concatenate([t.pvalue for t in tests.values()])) < 0.01)
-    power = float(np.mean(rejected))
-    print(f"power at N=20, family-wise alpha=0.01: {power:.2f}")
-    assert power > 0.8
+    power = {}
+    for size in (5, 10, 20):
+        rejected = []
+        for _ in range(200):
+            sub = ranks[rng.choice(n, size, replace=False)]
+            tests = sbc.uniformity_tests(sub, int(ds.attrs["num_draws"]))
+            p_all = np.concatenate([t.pvalue for t in tests.values()])
+            rejected.append(sbc.bonferroni(p_all) < 0.01)
+        power[size] = float(np.mean(rejected))
+    print(f"power at family-wise alpha=0.01 by number of realisations: {power}")
+    assert power[20] > 0.8
