@@ -4,7 +4,9 @@ Run: ``.venv/bin/python benchmarks/sbc_scaling.py [--realisations 16] [--n 16]``
 (part of ``make bench``; needs the ``distributed`` extra). The sweep is the README's
 recipe for ``configs/hierarchical_64.yaml`` at ``n³``: per worker count, a fresh
 cluster (``workers x threads = cores``) runs every realisation into a fresh directory.
-It prints the wall time from cluster start to gathered ``sbc.nc``, the time of the
+Each worker runs one job at a time (1 Dask thread; its TensorFlow gets
+``cores / workers`` threads); ``--threaded`` adds 1 worker x 2 Dask threads. It prints
+the wall time from cluster start to gathered ``sbc.nc``, the time of the
 sweep alone (cluster already up), the realisations' own summed compute seconds, and
 the ratio 1-worker / 2-worker (ideal: the number of cores, 2 on this machine; the
 first realisation on every worker pays the TensorFlow import and the XLA compile).
@@ -43,9 +45,9 @@ RECIPE = [
 ]
 
 
-def one(config, num_workers: int, realisations: int, out: Path) -> dict:
+def one(config, num_workers: int, threads: int, realisations: int, out: Path) -> dict:
     t0 = time.perf_counter()
-    with distributed.open_client(num_workers=num_workers) as client:
+    with distributed.open_client(num_workers=num_workers, threads_per_worker=threads) as client:
         client.wait_for_workers(num_workers)
         t1 = time.perf_counter()
         result = sweep.run_sbc(config, out, realisations, client, progress=False)
@@ -70,32 +72,39 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=16, help="grid size n (n³)")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--keep", type=Path, help="keep the 2-worker sweep here")
+    parser.add_argument(
+        "--threaded",
+        action="store_true",
+        help="also 1 worker x 2 Dask threads (two jobs at once in one TensorFlow)",
+    )
     args = parser.parse_args(argv)
     config = cfg.load_config(
         ROOT / "configs" / "hierarchical_64.yaml",
         [f"grid.shape=[{args.n},{args.n},{args.n}]", *RECIPE, *args.overrides],
     )
     print(f"{config.summary()}; {args.realisations} realisations; {os.cpu_count()} cores")
+    layouts = [(1, 1), (2, 1)] + ([(1, 2)] if args.threaded else [])
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for workers in (1, 2):
-            out = Path(tmp) / f"w{workers}"
-            rows[workers] = one(config, workers, args.realisations, out)
-            if workers == 2 and args.keep is not None:
+        for workers, threads in layouts:
+            out = Path(tmp) / f"w{workers}t{threads}"
+            rows[workers, threads] = one(config, workers, threads, args.realisations, out)
+            if (workers, threads) == (2, 1) and args.keep is not None:
                 shutil.rmtree(args.keep, ignore_errors=True)
                 shutil.copytree(out, args.keep)
     print(
-        f"{'workers':>7} | {'total s':>8} {'sweep s':>8} {'compute s':>9} "
+        f"{'workers x threads':>17} | {'total s':>8} {'sweep s':>8} {'compute s':>9} "
         f"{'slowest s':>9} | failures  p_family"
     )
-    for w, r in rows.items():
+    for (w, t), r in rows.items():
         print(
-            f"{w:>7} | {r['total']:8.1f} {r['sweep']:8.1f} {r['compute']:9.1f} "
+            f"{f'{w} x {t}':>17} | {r['total']:8.1f} {r['sweep']:8.1f} {r['compute']:9.1f} "
             f"{r['first']:9.1f} | {r['failures']:8d}  {r['p_family']:.3g}"
         )
+    one_, two = rows[1, 1], rows[2, 1]
     print(
-        f"speed-up 1 -> 2 workers: total {rows[1]['total'] / rows[2]['total']:.2f}x, "
-        f"sweep {rows[1]['sweep'] / rows[2]['sweep']:.2f}x"
+        f"speed-up 1 -> 2 workers: total {one_['total'] / two['total']:.2f}x, "
+        f"sweep {one_['sweep'] / two['sweep']:.2f}x"
     )
     return 0
 

@@ -64,7 +64,9 @@ def open_client(
     num_workers : int, optional
         Worker processes of the local cluster (default: one per core).
     threads_per_worker : int, optional
-        Default ``max(1, cores // num_workers)``.
+        Dask threads (concurrent jobs) per worker; default ``max(1, cores //
+        num_workers)``. Each worker's TensorFlow gets ``cores // num_workers``
+        threads whatever this is.
     scheduler : str, optional
         Address of a running scheduler (``tcp://host:8786``); the local-cluster
         options must then be left out.
@@ -108,7 +110,7 @@ def _client(distributed, num_workers, threads_per_worker, scheduler) -> Iterator
         processes=True,
         dashboard_address=None,
         memory_limit=0,  # TensorFlow's arenas would trip Dask's memory nanny
-        env=worker_environment(threads),
+        env=worker_environment(max(1, cores // workers)),  # TF: the worker's cores
         silence_logs=logging.WARNING,
     )
     try:
