@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/nuts_field.py
 	$(PY) benchmarks/forward_model.py
+	$(PY) benchmarks/sbc_scaling.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -82,6 +82,21 @@ examples:
 examples:
   fieldhmc plot runs/quickstart
 """,
+    "sbc": """\
+examples:
+  fieldhmc sbc configs/hierarchical_64.yaml --realisations 100 --out sbc/h64 \\
+      --set grid.shape=[16,16,16] --set sampler.num_results=200
+  fieldhmc sbc configs/hierarchical_64.yaml --realisations 200 --out sbc/h64 \\
+      --scheduler tcp://head-node:8786               # an existing Dask cluster
+  fieldhmc sbc configs/quickstart.yaml --realisations 50 --out sbc/off \\
+      --simulate-set model.likelihood.sigma=2.6      # a deliberately wrong posterior
+""",
+    "sweep": """\
+examples:
+  fieldhmc sweep configs/quickstart.yaml --set sampler.kind=hmc,fieldnuts --seeds 4 --out sw/qs
+  fieldhmc sweep configs/masked_64.yaml --set sampler.preconditioner=prior,diagonal \\
+      --set sampler.num_results=500 --seeds 3 --out sw/masked --workers 2
+""",
     "config-schema": """\
 examples:
   fieldhmc config-schema
@@ -136,6 +151,32 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="override a config key, e.g. --set sampler.num_results=500 "
         "(value parsed as YAML; repeatable)",
+    )
+
+
+def _add_dask_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="W",
+        help="worker processes of the local Dask cluster (default: one per core)",
+    )
+    parser.add_argument(
+        "--threads-per-worker",
+        type=_positive_int,
+        metavar="T",
+        help="threads per local worker (default: cores / workers)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDR",
+        help="use a running Dask scheduler (tcp://host:8786) instead of a local cluster",
+    )
+    parser.add_argument(
+        "--plots",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="write plots (default: sbc yes, sweep runs no)",
     )
 
 
@@ -206,6 +247,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = add("plot", _cmd_plot, "Make the standard plots of a run.")
     sub.add_argument("run_dir", type=Path, metavar="DIR", help="run directory")
+
+    sub = add(
+        "sbc",
+        _cmd_sbc,
+        "Simulation-based calibration: N simulate-and-fit realisations on Dask, rank tests.",
+    )
+    sub.add_argument("config", type=Path, metavar="CONFIG", help="YAML config file")
+    sub.add_argument(
+        "--realisations", type=_positive_int, required=True, metavar="N", help="realisations"
+    )
+    sub.add_argument("--out", type=Path, required=True, metavar="DIR", help="sweep directory")
+    _add_overrides(sub)
+    sub.add_argument(
+        "--simulate-set",
+        dest="simulate_overrides",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="override a key for the simulation only (a miscalibration check; repeatable)",
+    )
+    _add_dask_options(sub)
+
+    sub = add("sweep", _cmd_sweep, "Run a grid of overrides x seeds on Dask, gather summaries.")
+    sub.add_argument("config", type=Path, metavar="CONFIG", help="YAML config file")
+    sub.add_argument(
+        "--set",
+        dest="grid",
+        metavar="KEY=V1,V2,...",
+        action="append",
+        default=[],
+        help="a grid axis: one run per value (values parsed as YAML; repeatable)",
+    )
+    sub.add_argument(
+        "--seeds", type=_positive_int, default=1, metavar="K", help="sampler seeds per point"
+    )
+    sub.add_argument("--out", type=Path, required=True, metavar="DIR", help="sweep directory")
+    _add_dask_options(sub)
 
     sub = add("config-schema", _cmd_schema, "Print every config key with type and default.")
     sub.add_argument("--json", action="store_true", help="print the JSON schema instead")
@@ -371,6 +449,65 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     run_dir = _check_run_dir(args.run_dir)
     _workflow().plot(run_dir)
     return EXIT_OK
+
+
+def _open_client(args: argparse.Namespace) -> Any:
+    from fieldhmc import distributed
+
+    return distributed.open_client(args.workers, args.threads_per_worker, args.scheduler)
+
+
+def _report_failures(failures: Sequence[Any], what: str) -> int:
+    if not failures:
+        return EXIT_OK
+    print(f"{len(failures)} {what} failed:", file=sys.stderr)
+    for failure in failures:
+        print(f"  {failure.label}: {failure.error}", file=sys.stderr)
+    return 1
+
+
+def _cmd_sbc(args: argparse.Namespace) -> int:
+    config = _load(args)
+    simulate = None
+    if args.simulate_overrides:
+        simulate = config_module.load_config(
+            args.config, [*args.overrides, *args.simulate_overrides]
+        )
+    out_dir = Path(os.path.abspath(args.out))
+    from fieldhmc import sweep
+
+    sweep.check_sbc_config(config, simulate)  # before any cluster starts
+    with _open_client(args) as client:
+        result = sweep.run_sbc(
+            config,
+            out_dir,
+            args.realisations,
+            client,
+            simulate_config=simulate,
+            progress=logger.getEffectiveLevel() <= logging.INFO,
+            plots=args.plots is not False,
+        )
+    if result.dataset is not None:
+        print((out_dir / "sbc_report.txt").read_text(), end="")
+    logger.info("sbc written to %s", out_dir)
+    return _report_failures(result.failures, "realisation(s)")
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from fieldhmc import sweep
+
+    points = sweep.sweep_points(args.config, args.grid, args.seeds)
+    out_dir = Path(os.path.abspath(args.out))
+    with _open_client(args) as client:
+        result = sweep.run_sweep(
+            points,
+            out_dir,
+            client,
+            progress=logger.getEffectiveLevel() <= logging.INFO,
+            plots=bool(args.plots),
+        )
+    logger.info("sweep of %d runs written to %s (sweep.csv, sweep.nc)", len(points), out_dir)
+    return _report_failures(result.failures, "run(s)")
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

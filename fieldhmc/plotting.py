@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike
 from scipy import stats
 
 from fieldhmc.diagnostics import autocorrelation, cross_correlation, transfer_function
+from fieldhmc.sbc import EcdfBand, rank_bins
 
 __all__ = [
     "plot_autocorrelation",
@@ -34,6 +35,10 @@ __all__ = [
     "plot_power_spectrum",
     "plot_power_summary",
     "plot_rank",
+    "plot_sbc_ecdf",
+    "plot_sbc_ecdf_difference",
+    "plot_sbc_rank_histogram",
+    "plot_sbc_ranks",
     "plot_trace",
     "plot_traces",
     "plot_transfer_function",
@@ -765,4 +770,139 @@ def plot_kbin_convergence(
     _finish_legend(ax_e, fontsize="small", loc="lower left")
     if k_values is not None and np.all(x[np.isfinite(x)] > 0):
         ax_e.set_xscale("log")
+    return fig
+
+
+# --------------------------------------------------------------------------------------
+# Simulation-based calibration
+# --------------------------------------------------------------------------------------
+
+
+def plot_sbc_rank_histogram(
+    ranks: ArrayLike,
+    num_draws: int,
+    ax: Axes | None = None,
+    *,
+    num_bins: int | None = None,
+    label: str | None = None,
+) -> Axes:
+    """Histogram of SBC ranks (``[N]`` in ``0..L``) with the 99% band of a uniform bin.
+
+    Bins are those of :func:`fieldhmc.sbc.rank_bins` (the chi-square test's); the band
+    is the central 99% binomial range of each bin's count under uniformity [1]_.
+
+    References
+    ----------
+    .. [1] Talts et al., arXiv:1804.06788.
+    """
+    ax = _new_axes(ax, (4.0, 3.0))
+    r = np.asarray(ranks, np.int64).ravel()
+    n = r.size
+    edges = rank_bins(num_draws, n, num_bins)
+    counts, _ = np.histogram(r, bins=edges)
+    width = np.diff(edges) / (num_draws + 1)
+    lo, hi = stats.binom.ppf(0.005, n, width), stats.binom.ppf(0.995, n, width)
+    ax.stairs(hi, edges, baseline=lo, fill=True, color="0.85", label="99% if uniform")
+    ax.stairs(n * width, edges, color="0.4", ls="--", lw=1)
+    ax.stairs(counts, edges, lw=1.5, color="C0", label="ranks")
+    ax.set_xlim(edges[0], edges[-1])
+    ax.set_ylim(0, None)
+    ax.set_xlabel(f"rank of truth among {num_draws} draws")
+    ax.set_ylabel("realisations")
+    if label:
+        ax.set_title(label, fontsize="small")
+    return ax
+
+
+def plot_sbc_ecdf_difference(
+    ranks: ArrayLike,
+    num_draws: int,
+    band: EcdfBand,
+    ax: Axes | None = None,
+    *,
+    label: str | None = None,
+) -> Axes:
+    """ECDF of the fractional ranks minus the uniform CDF, with a simultaneous band.
+
+    ``band`` comes from :func:`fieldhmc.sbc.ecdf_band` for the same ``N`` and ``L``;
+    the ECDF leaves it with probability ``band.alpha`` under uniformity [1]_.
+
+    References
+    ----------
+    .. [1] Säilynoja, Bürkner & Vehtari, arXiv:2103.10522.
+    """
+    ax = _new_axes(ax, (4.0, 3.0))
+    r = np.asarray(ranks, np.int64).ravel()
+    ecdf = np.cumsum(np.bincount(r, minlength=num_draws + 1))[:-1] / r.size
+    z = band.z
+    ax.fill_between(
+        z,
+        band.lower - z,
+        band.upper - z,
+        step="post",
+        color="0.85",
+        label=f"{100 * (1 - band.alpha):.0f}% simultaneous",
+    )
+    ax.axhline(0.0, color="0.4", ls="--", lw=1)
+    ax.step(z, ecdf - z, where="post", color="C0", lw=1.5, label="ECDF - uniform")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("fractional rank")
+    ax.set_ylabel("ECDF difference")
+    if label:
+        ax.set_title(label, fontsize="small")
+    return ax
+
+
+def _sbc_grid(names: Sequence[str]) -> tuple[Figure, list[Axes]]:
+    ncols = min(4, len(names))
+    nrows = -(-len(names) // ncols)
+    fig = Figure(figsize=(3.3 * ncols, 2.6 * nrows + 0.5), layout="constrained")
+    axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(len(names))]
+    return fig, axes
+
+
+def _sbc_title(name: str, pvalues: Mapping[str, tuple[float, float]] | None) -> str:
+    if not pvalues or name not in pvalues:
+        return name
+    p_chi2, p_ecdf = pvalues[name]
+    return f"{name}\np: chi2 {p_chi2:.2g}, ECDF {p_ecdf:.2g}"
+
+
+def plot_sbc_ranks(
+    ranks: ArrayLike,
+    num_draws: int,
+    names: Sequence[str],
+    *,
+    pvalues: Mapping[str, tuple[float, float]] | None = None,
+) -> Figure:
+    """One :func:`plot_sbc_rank_histogram` per quantity; ``ranks`` is ``[N, Q]``.
+
+    ``pvalues`` maps a name to its (chi-square, ECDF) p-values for the panel titles.
+    """
+    r = np.asarray(ranks, np.int64)
+    fig, axes = _sbc_grid(names)
+    for q, (name, ax) in enumerate(zip(names, axes, strict=True)):
+        plot_sbc_rank_histogram(r[:, q], num_draws, ax, label=_sbc_title(name, pvalues))
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2)
+    fig.suptitle(f"SBC rank histograms ({r.shape[0]} realisations)")
+    return fig
+
+
+def plot_sbc_ecdf(
+    ranks: ArrayLike,
+    num_draws: int,
+    names: Sequence[str],
+    band: EcdfBand,
+    *,
+    pvalues: Mapping[str, tuple[float, float]] | None = None,
+) -> Figure:
+    """One :func:`plot_sbc_ecdf_difference` per quantity; ``ranks`` is ``[N, Q]``."""
+    r = np.asarray(ranks, np.int64)
+    fig, axes = _sbc_grid(names)
+    for q, (name, ax) in enumerate(zip(names, axes, strict=True)):
+        plot_sbc_ecdf_difference(r[:, q], num_draws, band, ax, label=_sbc_title(name, pvalues))
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2)
+    fig.suptitle(f"SBC ECDF differences ({r.shape[0]} realisations)")
     return fig

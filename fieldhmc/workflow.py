@@ -302,6 +302,26 @@ def _field_outputs(config: cfg.Config, model):
     )
 
 
+def build_sampler(config: cfg.Config, model, target_log_prob_fn, data, num_results=None):
+    """The :class:`~fieldhmc.samplers.Sampler` a config describes, around a target.
+
+    ``target_log_prob_fn`` is ``model.target_log_prob_fn(data)`` or a
+    :class:`~fieldhmc.models.RepinnableTarget` (then the compiled sampler serves every
+    data set it is re-pinned to; ``data`` only sets the preconditioner's scales, which
+    do not depend on the data values).
+    """
+    from fieldhmc.samplers import Sampler
+
+    field_outputs, _, _ = _field_outputs(config, model)
+    return Sampler(
+        target_log_prob_fn,
+        _settings(config, num_results),
+        model.latent_names,
+        _scales(config, model, data),
+        field_outputs,
+    )
+
+
 def _sample(
     run: io.RunDirectory,
     config: cfg.Config,
@@ -311,18 +331,16 @@ def _sample(
     resume_run: bool,
     num_results: int | None = None,
     progress: bool = True,
+    sampler=None,
 ) -> dict:
-    from fieldhmc.samplers import H5TraceSink, Sampler, stateless_seed
+    """Sample into ``run``; ``sampler``, if given, was built by :func:`build_sampler`
+    for a config that differs from ``config`` at most in its seeds."""
+    from fieldhmc.samplers import H5TraceSink, stateless_seed
 
     settings = _settings(config, num_results)
-    field_outputs, kbins, idx = _field_outputs(config, model)
-    sampler = Sampler(
-        model.target_log_prob_fn(data),
-        settings,
-        model.latent_names,
-        _scales(config, model, data),
-        field_outputs,
-    )
+    if sampler is None:
+        sampler = build_sampler(config, model, model.target_log_prob_fn(data), data, num_results)
+    _, kbins, idx = _field_outputs(config, model)
     sink = H5TraceSink(run.traces, run.fields if config.outputs.store_fields else None)
     init = None
     if not resume_run:
@@ -345,6 +363,7 @@ def _sample(
         resume=resume_run,
         progress=progress,
         tensorboard_dir=run.root / "tensorboard" if config.outputs.tensorboard else None,
+        seed=config.sampler.seed,
     )
     if summary["field_mean"] is not None:
         if not config.outputs.store_fields:
@@ -387,9 +406,14 @@ def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict, kbin
 
 
 def run(
-    config: cfg.Config, out_dir: Path, overwrite: bool = False, progress: bool = True
+    config: cfg.Config,
+    out_dir: Path,
+    overwrite: bool = False,
+    progress: bool = True,
+    plots: bool = True,
 ) -> io.RunDirectory:
-    """Simulate or load data, sample, write the run directory, diagnose and plot."""
+    """Simulate or load data, sample, write the run directory, diagnose and (if
+    ``plots``) plot."""
     model = build_model(config)
     d = _obtain_data(config, model)
     rundir = io.prepare_run_directory(out_dir, overwrite)
@@ -397,7 +421,8 @@ def run(
     _write_data(rundir, model, d)
     _sample(rundir, config, model, d.data, resume_run=False, progress=progress)
     diagnose(rundir.root)
-    plot(rundir.root)
+    if plots:
+        plot(rundir.root)
     return rundir
 
 

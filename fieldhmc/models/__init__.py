@@ -23,7 +23,12 @@ Layout (one concept per module):
 """
 
 from fieldhmc.models.cic import cic_paint, cic_readout
-from fieldhmc.models.field_model import INIT_KINDS, PARAMETRIZATIONS, FieldModel
+from fieldhmc.models.field_model import (
+    INIT_KINDS,
+    PARAMETRIZATIONS,
+    FieldModel,
+    RepinnableTarget,
+)
 from fieldhmc.models.forward import (
     ForwardFieldModel,
     ForwardModelError,
@@ -76,6 +81,7 @@ __all__ = [
     "FieldModel",
     "ForwardFieldModel",
     "ForwardModelError",
+    "RepinnableTarget",
     "GaussianFieldModel",
     "GaussianLikelihood",
     "Grid",

@@ -68,7 +68,7 @@ from fieldhmc.seeds import as_stateless
 tfd = tfp.distributions
 Root = tfd.JointDistributionCoroutine.Root
 
-__all__ = ["INIT_KINDS", "PARAMETRIZATIONS", "FieldModel"]
+__all__ = ["INIT_KINDS", "PARAMETRIZATIONS", "FieldModel", "RepinnableTarget"]
 
 PARAMETRIZATIONS: tuple[str, ...] = ("noncentred", "centred")
 INIT_KINDS: tuple[str, ...] = ("prior", "zeros", "wiener")
@@ -421,6 +421,50 @@ class FieldModel(abc.ABC):
 
         return target_log_prob_fn
 
+    def log_likelihood_fn(self, data) -> Callable[..., tf.Tensor]:
+        """Log likelihood :math:`\\ln p(d \\mid \\delta, \\theta)` of fields, pinned to ``data``.
+
+        Parameters
+        ----------
+        data : array-like
+            Concrete observed data ``[n0, n1, n2]`` (validated once, here).
+
+        Returns
+        -------
+        callable
+            ``log_likelihood_fn(delta, **hyperparameters) -> tf.Tensor`` float64
+            ``[batch]`` for overdensities ``delta`` ``[batch, n0, n1, n2]`` (model dtype)
+            and the sampled hyperparameters as ``[batch]`` tensors (they enter the
+            lognormal-Poisson rate; the Gaussian likelihood ignores them). With every
+            normalisation constant, as in :meth:`target_log_prob_fn`.
+        """
+        lc = self._likelihood_constants(self._check_data(data))
+        c = self._constants()
+
+        def log_likelihood_fn(delta, **hyperparameters):
+            missing = set(self.hyper_names) - set(hyperparameters)
+            if missing:
+                raise ValueError(f"log_likelihood_fn needs the hyperparameters {sorted(missing)}")
+            hp = {n: tf.convert_to_tensor(hyperparameters[n], self.dtype) for n in self.hyper_names}
+            return self._log_likelihood(tf.convert_to_tensor(delta, self.dtype), hp, c, lc)
+
+        return log_likelihood_fn
+
+    def repinnable_target_log_prob_fn(self, data) -> RepinnableTarget:
+        """Like :meth:`target_log_prob_fn`, but the data can be replaced without retracing.
+
+        The data-dependent constants live in (non-trainable) ``tf.Variable``s that a
+        compiled sampler reads at every call, so one compiled sampler serves many data
+        sets of the same shape (simulation-based calibration runs hundreds).
+
+        Returns
+        -------
+        RepinnableTarget
+            Callable like :meth:`target_log_prob_fn`'s result; ``.pin(data)`` swaps the
+            data in place.
+        """
+        return RepinnableTarget(self, data)
+
     # --- TFP model -------------------------------------------------------------------------
     def _hyper_prior_distribution(self, name: str) -> tfd.Distribution:
         prior = self.hyper_priors[name]
@@ -633,4 +677,39 @@ class FieldModel(abc.ABC):
         return (
             f"{type(self).__name__}(grid={self.grid}, power={self.power!r}, "
             f"parametrization={self.parametrization!r}, sampled={self.hyper_names})"
+        )
+
+
+class RepinnableTarget:
+    """A model's posterior log density whose data is held in ``tf.Variable``s.
+
+    Made by :meth:`FieldModel.repinnable_target_log_prob_fn`. Calling it is
+    :meth:`FieldModel.target_log_prob_fn` ``(data)(*latents)``; :meth:`pin` replaces the
+    data (same shape) so that functions compiled around it do not retrace.
+    """
+
+    def __init__(self, model: FieldModel, data):
+        self.model = model
+        self._constants = model._constants()
+        lc = model._likelihood_constants(model._check_data(data))
+        self._variables = {
+            name: tf.Variable(value, trainable=False, name=f"likelihood_{name}")
+            for name, value in lc.items()
+        }
+
+    def pin(self, data) -> None:
+        """Replace the observed data (validated, same grid) in place."""
+        lc = self.model._likelihood_constants(self.model._check_data(data))
+        for name, value in lc.items():
+            self._variables[name].assign(value)
+
+    def __call__(self, *latents) -> tf.Tensor:
+        m = self.model
+        field, hp = m._unpack(latents)
+        delta = m._delta(field, hp, self._constants)
+        lc = {name: v.read_value() for name, v in self._variables.items()}
+        return (
+            m._log_prior_hypers(hp)
+            + m._log_prior_field(field, hp, self._constants)
+            + m._log_likelihood(delta, hp, self._constants, lc)
         )

@@ -521,6 +521,7 @@ class Sampler:
         progress: bool = True,
         max_chunks: int | None = None,
         tensorboard_dir: Path | None = None,
+        seed: int | None = None,
     ) -> dict:
         """Run (or resume) warm-up and sampling.
 
@@ -536,6 +537,9 @@ class Sampler:
             Stop after this many chunks (tests use it to simulate a kill).
         tensorboard_dir : Path, optional
             Also write the progress figures as TensorBoard scalars after every chunk.
+        seed : int, optional
+            Replaces ``settings.seed`` for this run. The compiled chunk takes the seed
+            as a tensor, so one ``Sampler`` runs many seeds without retracing.
 
         Returns
         -------
@@ -559,7 +563,7 @@ class Sampler:
         window_starts = {a for a, _ in windows}
         window_ends = {b for _, b in windows}
         dtype = tf.as_dtype(rs.x[0].dtype)
-        seed = tf.constant(stateless_seed(s.seed))
+        seed = tf.constant(stateless_seed(s.seed if seed is None else seed))
         bar = _progress_bar(progress, s.num_steps, rs.step)
         writer = None
         if tensorboard_dir is not None:
