@@ -75,9 +75,10 @@ class ZeldovichForward:
     Notes
     -----
     ``forward(delta)`` takes ``[chains, n0, n1, n2]`` float32/float64 and returns the
-    evolved overdensity of the same shape and dtype. Only 1D wavenumber vectors are
-    constants (the 3D arrays are formed inside the computation, so a compiled sampler
-    embeds no grid-sized constants).
+    evolved overdensity of the same shape and dtype. The wavenumbers enter as 1D
+    vectors; XLA constant-folds the displacement multiplier into one complex
+    ``[3, n0, n1, n2 // 2 + 1]`` constant (25 MB at 128³, about a second of compile
+    time there).
     """
 
     def __init__(self, grid: Grid, growth: float = 1.0, smoothing: float | None = None):
