@@ -12,6 +12,8 @@ from fieldhmc.diagnostics.convergence import (
     _CHUNK_ELEMENTS,
     RHAT_THRESHOLD,
     _apply_columns,
+    _as_draws,
+    _column_blocks,
     _convergence_block,
 )
 
@@ -115,10 +117,10 @@ def mode_convergence(
         ``num_rhat_above``; ``worst_r_hat`` and ``worst_ess_bulk``: lists of
         ``{"name", "index" [i, j, l], "part", "kbin", "r_hat", "ess_bulk"}``.
     """
-    modes = np.asarray(modes)
+    modes = _as_draws(modes)  # an h5py.Dataset is read in slabs, not loaded whole
     grid_shape = tuple(int(n) for n in grid_shape)
     half_shape = (grid_shape[0], grid_shape[1], grid_shape[2] // 2 + 1)
-    if modes.ndim != 5 or modes.shape[2:] != half_shape:
+    if modes.ndim != 5 or tuple(modes.shape[2:]) != half_shape:
         raise ValueError(f"modes must have shape (chain, draw, {half_shape}), got {modes.shape}")
     kbins = np.asarray(kbin_index).astype(int)
     if kbins.shape != half_shape:
@@ -129,18 +131,21 @@ def mode_convergence(
     sel_real = np.flatnonzero(keep_real & valid)
     sel_imag = np.flatnonzero(keep_imag & valid)
 
-    flat = modes.reshape(c, n, -1)
     step = chunk_size or max(1, _CHUNK_ELEMENTS // (c * n))
-    results = []
-    for part, sel in (("real", sel_real), ("imag", sel_imag)):
-        both = np.full((2, sel.size), np.nan)
-        if n >= 4:
-            for start in range(0, sel.size, step):  # gather one chunk of modes at a time
-                values = getattr(flat[:, :, sel[start : start + step]], part)
-                both[:, start : start + step] = _convergence_block(
+    selections = (("real", sel_real), ("imag", sel_imag))
+    results = [np.full((2, sel.size), np.nan) for _, sel in selections]
+    if n >= 4:
+        # One block of consecutive modes at a time (read once for both parts), then the
+        # selected modes of that block.
+        for lo, hi, cols in _column_blocks(modes, step):
+            for (part, sel), both in zip(selections, results, strict=True):
+                a, b = np.searchsorted(sel, [lo, hi])
+                if a == b:
+                    continue
+                values = getattr(cols[:, :, sel[a:b] - lo], part)
+                both[:, a:b] = _convergence_block(
                     np.ascontiguousarray(values.transpose(2, 0, 1), dtype=float)
                 )
-        results.append(both)
     r_hat_all = np.concatenate([results[0][0], results[1][0]])
     ess_all = np.concatenate([results[0][1], results[1][1]])
     flat_index = np.concatenate([sel_real, sel_imag])
@@ -206,6 +211,30 @@ def _nanreduce(fn: Callable, values: np.ndarray) -> float:
     return float(fn(finite)) if finite.size else math.nan
 
 
+def _spool_modes(x):
+    """Half-spectrum modes of out-of-core draws, one draw at a time, into a temporary file.
+
+    Returns the open ``h5py.File`` (closing it deletes the file) and its
+    ``(chain, draw, n0, n1, n2 // 2 + 1)`` dataset, read back in slabs by
+    :func:`mode_convergence`: memory stays at a few fields whatever the number of draws
+    (the modes of all draws are about one copy of the draws: on disk, not in memory).
+    """
+    import tempfile
+
+    import h5py
+
+    c, n = x.shape[:2]
+    grid = tuple(x.shape[2:])
+    ctype = np.result_type(np.dtype(x.dtype), np.complex64)
+    handle = tempfile.TemporaryFile(prefix="fieldhmc-modes-")
+    spool = h5py.File(handle, "w")
+    modes = spool.create_dataset("modes", (c, n, grid[0], grid[1], grid[2] // 2 + 1), ctype)
+    for j in range(c):
+        for d in range(n):
+            modes[j, d] = sp_fft.rfftn(np.asarray(x[j, d]), workers=-1)
+    return spool, modes
+
+
 def field_convergence(
     field_draws: ArrayLike,
     kbin_index: ArrayLike,
@@ -246,12 +275,16 @@ def field_convergence(
         ``{"num_values", "r_hat_max", "r_hat_median", "ess_bulk_min", "ess_bulk_median",
         "num_rhat_above", "worst_r_hat": [{"index", "r_hat", "ess_bulk"}], ...}``.
     """
-    x = np.asarray(field_draws)
+    x = _as_draws(field_draws)
     if x.ndim != 5:
         raise ValueError(f"field_draws must have shape (chain, draw, n0, n1, n2), got {x.shape}")
-    # scipy keeps single precision (complex64 modes for float32 draws, half of NumPy's
-    # complex128) and uses both cores.
-    modes = sp_fft.rfftn(x, axes=(-3, -2, -1), workers=-1)
+    spool = None
+    if isinstance(x, np.ndarray):
+        # scipy keeps single precision (complex64 modes for float32 draws, half of
+        # NumPy's complex128) and uses both cores.
+        modes = sp_fft.rfftn(x, axes=(-3, -2, -1), workers=-1)
+    else:
+        spool, modes = _spool_modes(x)
     out = mode_convergence(
         modes,
         kbin_index,
@@ -263,6 +296,8 @@ def field_convergence(
         chunk_size=chunk_size,
     )
     del modes
+    if spool is not None:
+        spool.close()
     if include_voxels:
         c = x.shape[0]
         both = _apply_columns(

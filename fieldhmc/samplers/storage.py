@@ -15,7 +15,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-__all__ = ["H5TraceSink", "MemorySink", "read_fields", "read_traces"]
+__all__ = ["ChainDrawView", "H5TraceSink", "MemorySink", "read_fields", "read_traces"]
 
 
 class MemorySink:
@@ -58,7 +58,12 @@ class H5TraceSink:
                     name,
                     data=values,
                     maxshape=(None, *values.shape[1:]),
-                    chunks=(max(1, min(len(values), 64)), *values.shape[1:])
+                    # Field draws: one HDF5 chunk per (draw, chain), so a reader can
+                    # stream draw by draw, or over slabs of voxels, and no chunk
+                    # outgrows HDF5's 4 GB limit (8 draws of 512³ float32 would).
+                    chunks=(1, 1, *values.shape[2:])
+                    if values.ndim > 3
+                    else (max(1, min(len(values), 64)), *values.shape[1:])
                     if values.ndim > 2
                     else True,
                 )
@@ -109,3 +114,35 @@ def read_fields(path: Path, names: tuple[str, ...] | None = None) -> dict[str, n
     """
     with h5py.File(path, "r") as f:
         return {name: f[name][()] for name in f if names is None or name in names}
+
+
+class ChainDrawView:
+    """Stored field draws ``[draw, chain, ...]`` seen as ``[chain, draw, ...]``, read lazily.
+
+    Nothing is read until indexed; ``view[j, d]`` reads one draw, ``view[:, :, a:b]`` a
+    slab of every draw (``[chain, draw, b - a, ...]``). The diagnostics stream over it
+    in slabs (see :func:`fieldhmc.diagnostics.convergence._column_blocks`) instead of
+    loading every stored field.
+
+    Parameters
+    ----------
+    dataset : h5py.Dataset
+        ``draws`` of ``fields.h5``, shape ``[draw, chain, n0, n1, n2]``.
+    """
+
+    def __init__(self, dataset):
+        self._ds = dataset
+        d, c = dataset.shape[:2]
+        self.shape = (c, d, *dataset.shape[2:])
+        self.dtype = dataset.dtype
+        self.ndim = dataset.ndim
+        self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        key = key + (slice(None),) * max(0, 2 - len(key))
+        chain, draw = key[0], key[1]
+        out = self._ds[(draw, chain, *key[2:])]
+        if not isinstance(chain, int | np.integer) and not isinstance(draw, int | np.integer):
+            out = np.swapaxes(out, 0, 1)
+        return out
