@@ -167,9 +167,7 @@ def child(args) -> dict:
 def print_table(result: dict) -> None:
     n, c = result["grid"], result["chains"]
     base, fmb = result["baseline_mb"], result["field_mb"]
-    print(
-        f"\n{n}³, {c} chains: one field {fmb:.1f} MiB, RSS after importing TF {base:.0f} MB"
-    )
+    print(f"\n{n}³, {c} chains: one field {fmb:.1f} MiB, RSS after importing TF {base:.0f} MB")
     print(f"{'phase':40s} | {'peak MB':>8s} {'x field':>8s} {'x field/chain':>14s}")
     top = 0.0
     for phase, mb in result["rows"]:

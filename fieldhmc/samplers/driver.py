@@ -190,12 +190,15 @@ def field_buffer_slots(settings: SamplerSettings, field_bytes_all_chains: int) -
 def _chunk_bounds(settings: SamplerSettings, field_slots: int | None = None) -> list[int]:
     """Chunk boundaries (global steps): every chunk_size, the end of warm-up, windows.
 
-    With ``field_slots``, sampling chunks are also cut every ``field_slots * field_thin``
-    steps, so no chunk keeps more field draws than its buffer holds.
+    With ``field_slots`` fewer than a chunk keeps, sampling chunks are also cut every
+    ``field_slots * field_thin`` steps, so no chunk keeps more field draws than its
+    buffer holds.
     """
     points = set(range(0, settings.num_steps, settings.chunk_size))
     points.add(settings.num_burnin_steps)
-    if field_slots is not None:
+    if field_slots is not None and field_slots < math.ceil(
+        settings.chunk_size / settings.field_thin
+    ):
         every = field_slots * settings.field_thin
         points.update(range(settings.num_burnin_steps, settings.num_steps, every))
     if settings.adapt_diagonal:

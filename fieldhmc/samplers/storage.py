@@ -58,12 +58,7 @@ class H5TraceSink:
                     name,
                     data=values,
                     maxshape=(None, *values.shape[1:]),
-                    # Field draws: one HDF5 chunk per (draw, chain), so a reader can
-                    # stream draw by draw, or over slabs of voxels, and no chunk
-                    # outgrows HDF5's 4 GB limit (8 draws of 512³ float32 would).
-                    chunks=(1, 1, *values.shape[2:])
-                    if values.ndim > 3
-                    else (max(1, min(len(values), 64)), *values.shape[1:])
+                    chunks=(max(1, min(len(values), 64)), *values.shape[1:])
                     if values.ndim > 2
                     else True,
                 )
@@ -79,8 +74,31 @@ class H5TraceSink:
             self._append(self.trace_path, name, np.asarray(values))
 
     def append_fields(self, fields: np.ndarray) -> None:
-        if self.field_path is not None:
-            self._append(self.field_path, "draws", np.asarray(fields))
+        """Append ``[draw, chain, ...]`` field draws, one (draw, chain) chunk at a time.
+
+        One HDF5 chunk per (draw, chain): a reader streams draw by draw or over slabs of
+        voxels, and no chunk outgrows HDF5's 4 GB limit (8 draws of 512³ would).
+        """
+        if self.field_path is None:
+            return
+        fields = np.asarray(fields)
+        with h5py.File(self.field_path, "a") as f:
+            if "draws" not in f:
+                f.create_dataset(
+                    "draws",
+                    shape=(0, *fields.shape[1:]),
+                    maxshape=(None, *fields.shape[1:]),
+                    dtype=fields.dtype,
+                    chunks=(1, 1, *fields.shape[2:]),
+                )
+            ds = f["draws"]
+            n = ds.shape[0]
+            ds.resize(n + len(fields), axis=0)
+            # One field per write: HDF5 converts and buffers no more than one chunk.
+            for d in range(len(fields)):
+                for c in range(fields.shape[1]):
+                    ds[n + d, c] = fields[d, c]
+            f.flush()
 
     def truncate(self, num_draws: int, num_field_draws: int) -> None:
         for path, n in ((self.trace_path, num_draws), (self.field_path, num_field_draws)):
