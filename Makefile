@@ -32,6 +32,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/nuts_resonance.py
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/nuts_field.py
+	$(PY) benchmarks/memory.py
+	$(PY) benchmarks/scaling.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -171,7 +171,7 @@ def adaptation_windows(num_burnin_steps: int) -> list[tuple[int, int]]:
 # its slots are capped at this many bytes (at least one draw of every chain), and
 # chunks are cut so no chunk stores more draws than that: the buffer does not scale
 # with chunk_size at large grids.
-FIELD_BUFFER_BYTES = 256 * 2**20
+FIELD_BUFFER_BYTES = 64 * 2**20
 
 
 def field_buffer_slots(settings: SamplerSettings, field_bytes_all_chains: int) -> int:
