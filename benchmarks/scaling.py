@@ -16,8 +16,8 @@ Ratios: ``sampler / standalone`` (target <= 1.2) and ``standalone / raw pair``
 Usage::
 
     python benchmarks/scaling.py                         # 32³, 64³, 128³, 2 chains
-    python benchmarks/scaling.py --grid 256 --chains 1   # opt-in (about 3 GB)
-    python benchmarks/scaling.py --grid 512 --chains 1   # opt-in (check free memory)
+    python benchmarks/scaling.py --grid 256 --chains 1 --no-field-outputs  # opt-in
+    python benchmarks/scaling.py --grid 512 --chains 1 --no-field-outputs  # check memory
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def _hwm_mb() -> float:
     return math.nan
 
 
-def child(n: int, chains: int, leapfrog: int, results: int, repeats: int) -> dict:
+def child(
+    n: int, chains: int, leapfrog: int, results: int, repeats: int, field_outputs: bool
+) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
     import tensorflow as tf
@@ -93,7 +95,7 @@ def child(n: int, chains: int, leapfrog: int, results: int, repeats: int) -> dic
     }
     before = median_seconds(fns, repeats=repeats)
 
-    fo, _, _ = workflow._field_outputs(config, model)
+    fo = workflow._field_outputs(config, model)[0] if field_outputs else None
     settings = workflow._settings(config)
     sampler = Sampler(
         target, settings, model.latent_names, workflow._scales(config, model, data), fo
@@ -121,10 +123,24 @@ def main(argv=None) -> int:
     p.add_argument("--leapfrog", type=int, default=8)
     p.add_argument("--results", type=int, default=8)
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument(
+        "--field-outputs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the sampler computes P(k), tracked modes, running moments and stores fields "
+        "(--no-field-outputs: the kernel alone, about half the memory)",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        out = child(args.grid[0], args.chains, args.leapfrog, args.results, args.repeats)
+        out = child(
+            args.grid[0],
+            args.chains,
+            args.leapfrog,
+            args.results,
+            args.repeats,
+            args.field_outputs,
+        )
         print("RESULT " + json.dumps(out))
         return 0
     rows = []
@@ -132,6 +148,7 @@ def main(argv=None) -> int:
         cmd = [sys.executable, __file__, "--child", "--grid", str(n)]
         for name in ("chains", "leapfrog", "results", "repeats"):
             cmd += [f"--{name}", str(getattr(args, name))]
+        cmd += ["--field-outputs" if args.field_outputs else "--no-field-outputs"]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         line = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
         if res.returncode != 0 or not line:

@@ -22,10 +22,10 @@ __all__ = ["MemoryEstimate", "available_bytes", "check_memory", "estimate_peak_b
 BASELINE_BYTES = 1.2e9
 #: Field-sized buffers independent of the number of chains (model constants, running
 #: moments in float64, data and truth, checkpoint and diagnostics working sets).
-FIXED_FIELDS = 100.0
+FIXED_FIELDS = 125.0
 #: Field-sized buffers per chain (state, momentum, gradients, kernel results, XLA
 #: temporaries of one leapfrog step, the chunk's stored-field slots, host copies).
-PER_CHAIN_FIELDS = 70.0
+PER_CHAIN_FIELDS = 32.0
 
 
 @dataclass(frozen=True)

@@ -183,3 +183,52 @@ def test_validate_memory_check_does_not_import_tensorflow():
         "assert 'tensorflow' not in sys.modules; sys.exit(rc)"
     )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+def test_capped_field_buffer_stores_the_same_draws(tmp_path, monkeypatch):
+    """One slot per chain (chunks cut to fit) keeps exactly the draws of the full buffer."""
+    import tensorflow as tf
+
+    from fieldhmc import models
+    from fieldhmc.samplers import FieldOutputs, MemorySink, Sampler, SamplerSettings, driver
+    from fieldhmc.seeds import stateless_seed
+
+    grid = models.Grid((8, 8, 8), 100.0)
+    model = models.GaussianFieldModel(grid, models.PowerLaw(1000.0, -1.5, 0.1), sigma=2.0)
+    data = np.asarray(model.sample(seed=stateless_seed(3))["data"])
+    settings = SamplerSettings(
+        num_chains=2,
+        num_burnin_steps=3,
+        num_results=12,
+        num_leapfrog_steps=2,
+        chunk_size=10,
+        field_thin=2,
+        seed=5,
+    )
+    outputs = FieldOutputs(
+        field_fn=lambda v: v, power_fn=lambda v: tf.zeros([tf.shape(v)[0], 1], v.dtype)
+    )
+    init = [np.asarray(model.init_latents("prior", 2, seed=stateless_seed(1))[0])]
+
+    def run(name):
+        sampler = Sampler(
+            model.target_log_prob_fn(data),
+            settings,
+            ["field"],
+            [np.ones((8, 8, 8), np.float32)],
+            outputs,
+        )
+        sink = MemorySink()
+        sampler.run(sink, tmp_path / name, init, progress=False)
+        return sampler, sink
+
+    full, full_sink = run("full")
+    monkeypatch.setattr(driver, "FIELD_BUFFER_BYTES", 1)
+    capped, capped_sink = run("capped")
+    assert full._field_slots == 5 and capped._field_slots == 1
+    assert len(capped_sink.fields) > len(full_sink.fields)  # more, shorter chunks
+    np.testing.assert_array_equal(capped_sink.stacked_fields(), full_sink.stacked_fields())
+    assert capped_sink.stacked_fields().shape[0] == 6
+    np.testing.assert_array_equal(
+        capped_sink.stacked_traces()["lp"], full_sink.stacked_traces()["lp"]
+    )
