@@ -34,6 +34,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/nuts_field.py
 	$(PY) benchmarks/forward_model.py
 	$(PY) benchmarks/sbc_scaling.py
+	$(PY) benchmarks/memory.py
+	$(PY) benchmarks/scaling.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

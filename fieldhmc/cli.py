@@ -142,6 +142,27 @@ def _verbosity_parser(*, is_top_level: bool) -> argparse.ArgumentParser:
     return parser
 
 
+def _add_memory_check(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-memory-check",
+        dest="memory_check",
+        action="store_false",
+        help="do not refuse a config whose estimated peak memory exceeds what is available",
+    )
+
+
+def _check_memory(args: argparse.Namespace, config: Config) -> str:
+    """Refuse (exit 2) a config that cannot fit in memory; return the estimate."""
+    from fieldhmc import memory
+
+    if not args.memory_check:
+        return memory.estimate_peak_bytes(config).describe()
+    try:
+        return memory.check_memory(config).describe()
+    except MemoryError as exc:
+        raise _UsageError(str(exc)) from None
+
+
 def _add_overrides(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set",
@@ -223,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = add("run", _cmd_run, "Run inference from a config (simulating data if asked).")
     sub.add_argument("config", type=Path, metavar="CONFIG", help="YAML config file")
+    _add_memory_check(sub)
     sub.add_argument(
         "--out", type=Path, metavar="DIR", help="run directory (default: outputs.directory)"
     )
@@ -290,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = add("validate", _cmd_validate, "Check a config file without running anything.")
     sub.add_argument("config", type=Path, metavar="CONFIG", help="YAML config file")
+    _add_memory_check(sub)
     _add_overrides(sub)
     return parser
 
@@ -425,8 +448,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.out is not None:
         config = config.with_output_directory(args.out)
     out_dir = config.outputs.directory
+    estimate = _check_memory(args, config)  # before anything is written
     _check_output_dir(out_dir, args.overwrite)
-    logger.info("run: %s", config.summary())
+    logger.info("run: %s; peak memory %s", config.summary(), estimate)
     _workflow().run(config, out_dir, overwrite=args.overwrite)
     logger.info("run written to %s", out_dir)
     return EXIT_OK
@@ -522,7 +546,8 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     config = _load(args)
-    print(f"ok: {args.config}: {config.summary()}")
+    estimate = _check_memory(args, config)
+    print(f"ok: {args.config}: {config.summary()}; peak memory {estimate}")
     return EXIT_OK
 
 

@@ -7,6 +7,7 @@ here parses arguments or prints tables beyond the diagnostics report.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from dataclasses import dataclass
@@ -479,20 +480,44 @@ def _load_run(run_dir: Path, field_names: tuple[str, ...] | None = None):
 
 def diagnose(run_dir: Path) -> dict:
     """Recompute ``summary.json`` and ``report.txt``; print the report."""
+    rundir, config, posterior, stats, power, fields = _load_run(run_dir, ("mean",))
+    with contextlib.ExitStack() as stack:
+        draws = _open_field_draws(rundir, stack)
+        return _diagnose(rundir, config, posterior, stats, power, fields, draws)
+
+
+def _open_field_draws(rundir: io.RunDirectory, stack: contextlib.ExitStack):
+    """The stored field draws as a lazy ``[chain, draw, ...]`` view, or None.
+
+    The draws are never loaded whole: the diagnostics read them in slabs (at 256³,
+    4 chains x 20 draws are 5.4 GB; all of them in memory, plus their modes, would not
+    fit a workstation).
+    """
+    if not rundir.fields.exists():
+        return None
+    import h5py
+
+    from fieldhmc.samplers.storage import ChainDrawView
+
+    f = stack.enter_context(h5py.File(rundir.fields, "r"))
+    if "draws" not in f or f["draws"].shape[0] < 4:
+        return None
+    return ChainDrawView(f["draws"])
+
+
+def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
     from fieldhmc import diagnostics, models
 
-    rundir, config, posterior, stats, power, fields = _load_run(run_dir)
     truth = rundir.load_data("truth")
     kbins = models.Grid(config.grid.shape, config.grid.box_size).kbins()
     field_summary = None
-    if "draws" in fields and fields["draws"].shape[0] >= 4:
-        draws = np.swapaxes(fields["draws"], 0, 1)  # chain, draw, ...
+    if draws is not None:
         field_summary = diagnostics.field_convergence(draws, kbins.index, kbins.num_bins, k=kbins.k)
     truth_summary = None
     if "truth" in power:
         cov = None
-        if truth is not None and "draws" in fields and fields["draws"].shape[0] >= 4:
-            cov = diagnostics.coverage(np.swapaxes(fields["draws"], 0, 1), truth)
+        if truth is not None and draws is not None:
+            cov = diagnostics.coverage(draws, truth)
         cross = None
         if truth is not None and "mean" in fields:
             cross = diagnostics.cross_power(

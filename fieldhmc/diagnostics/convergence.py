@@ -10,6 +10,7 @@ References
    Bayesian Analysis 16 (2021) 667, arXiv:1903.08008.
 """
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -254,6 +255,47 @@ def _convergence_block(x: np.ndarray) -> np.ndarray:
     return np.stack([np.maximum(_rhat_basic(z), _folded_rhat(split)), _ess_basic(z)])
 
 
+def _as_draws(draws: ArrayLike) -> ArrayLike:
+    """``draws`` itself if it is stored out of core (has ``shape`` but is no ndarray).
+
+    Such objects (an ``h5py.Dataset``, a view of one) are read in slabs by
+    :func:`_column_blocks` instead of being loaded whole.
+    """
+    if not isinstance(draws, np.ndarray) and hasattr(draws, "shape") and hasattr(draws, "dtype"):
+        return draws
+    return np.asarray(draws)
+
+
+def _column_blocks(draws: ArrayLike, step: int, sample_ndim: int = 2):
+    """Yield ``(start, stop, block)`` over the flattened trailing (event) axes of ``draws``.
+
+    ``block`` is ``draws[..., start:stop]`` with the ``sample_ndim`` leading axes kept and
+    the event axes flattened (a view for an ndarray). For out-of-core draws (see
+    :func:`_as_draws`) whole slabs of the first event axis are read, about ``step``
+    columns at a time, so memory stays at one slab whatever the size of ``draws``.
+    """
+    lead = tuple(draws.shape[:sample_ndim])
+    events = tuple(draws.shape[sample_ndim:])
+    m = math.prod(events)
+    if isinstance(draws, np.ndarray):
+        flat = draws.reshape(lead + (m,))
+        for start in range(0, m, step):
+            yield start, min(start + step, m), flat[..., start : start + step]
+        return
+    if not events:
+        yield 0, 1, np.asarray(draws[()]).reshape(lead + (1,))
+        return
+    plane = max(1, m // max(1, events[0]))
+    per_read = max(1, step // plane)
+    index = (slice(None),) * sample_ndim
+    for p0 in range(0, events[0], per_read):
+        p1 = min(p0 + per_read, events[0])
+        slab = np.asarray(draws[index + (slice(p0, p1),)]).reshape(lead + (-1,))
+        for s0 in range(0, slab.shape[-1], step):
+            start = p0 * plane + s0
+            yield start, start + min(step, slab.shape[-1] - s0), slab[..., s0 : s0 + step]
+
+
 def _apply_columns(
     block_fn: Callable[[np.ndarray], np.ndarray],
     draws: ArrayLike,
@@ -264,23 +306,22 @@ def _apply_columns(
 ) -> np.ndarray:
     """Apply ``block_fn`` to chunks of the flattened trailing axes of ``(chain, draw, ...)``.
 
-    Each chunk is handed over as a contiguous ``(columns, chain, draw)`` array.
+    Each chunk is handed over as a contiguous ``(columns, chain, draw)`` array. ``draws``
+    may be out of core (e.g. an ``h5py.Dataset``): it is then read in slabs.
     """
-    x = np.asarray(draws)
+    x = _as_draws(draws)
     if x.ndim < 2:
         raise ValueError(f"draws must have shape (chain, draw, ...), got {x.shape}")
     c, n = x.shape[:2]
-    trailing = x.shape[2:]
-    flat = x.reshape(c, n, -1)
-    m = flat.shape[2]
+    trailing = tuple(x.shape[2:])
+    m = math.prod(trailing)
     out_shape = ((num_outputs,) if num_outputs else ()) + (m,)
     out = np.full(out_shape, np.nan)
     if c < min_chains or n < 4 or m == 0:
         return out.reshape(out_shape[:-1] + trailing)
     step = chunk_size or max(1, _CHUNK_ELEMENTS // (c * n))
-    for start in range(0, m, step):
-        stop = min(start + step, m)
-        block = np.ascontiguousarray(flat[:, :, start:stop].transpose(2, 0, 1), dtype=float)
+    for start, stop, cols in _column_blocks(x, step):
+        block = np.ascontiguousarray(cols.transpose(2, 0, 1), dtype=float)
         frozen = _frozen_chains(block).any(axis=-1)
         out[..., start:stop] = np.where(frozen, np.nan, block_fn(block))
     return out.reshape(out_shape[:-1] + trailing)

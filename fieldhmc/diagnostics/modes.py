@@ -17,8 +17,10 @@ from fieldhmc.diagnostics.convergence import (
     _CHUNK_ELEMENTS,
     RHAT_THRESHOLD,
     _apply_columns,
+    _as_draws,
     _autocov,
     _between_within,
+    _column_blocks,
     _convergence_block,
     _ess_from_autocov,
     _frozen_chains,
@@ -137,10 +139,10 @@ def _mode_block(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _check_modes(
     modes: ArrayLike, kbin_index: ArrayLike, grid_shape: Sequence[int]
 ) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int]]:
-    modes = np.asarray(modes)
+    modes = _as_draws(modes)  # an h5py.Dataset is read in slabs, not loaded whole
     grid_shape = tuple(int(n) for n in grid_shape)
     half_shape = (grid_shape[0], grid_shape[1], grid_shape[2] // 2 + 1)
-    if modes.ndim != 5 or modes.shape[2:] != half_shape:
+    if modes.ndim != 5 or tuple(modes.shape[2:]) != half_shape:
         raise ValueError(f"modes must have shape (chain, draw, {half_shape}), got {modes.shape}")
     kbins = np.asarray(kbin_index).astype(int)
     if kbins.shape != half_shape:
@@ -163,19 +165,25 @@ def _select_values(
 def _mode_statistics(
     modes: np.ndarray, flat_index: np.ndarray, parts: np.ndarray, chunk_size: int | None
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """:func:`_mode_block` over all selected values, gathering one chunk at a time."""
+    """:func:`_mode_block` over all selected values, one block of consecutive modes at a time.
+
+    Each block is read once for both parts (in slabs when ``modes`` is out of core, see
+    :func:`~fieldhmc.diagnostics.convergence._column_blocks`), then its selected values.
+    """
     c, n = modes.shape[:2]
-    flat = modes.reshape(c, n, -1)
     stats = np.full((len(_STAT_ROWS), flat_index.size), np.nan)
     frozen = np.zeros((flat_index.size, c), dtype=bool)
     step = chunk_size or max(1, _CHUNK_ELEMENTS // (c * n))
-    for part in ("real", "imag"):
-        where = np.flatnonzero(parts == part)
-        for start in range(0, where.size if n >= 4 else 0, step):
-            cols = where[start : start + step]
-            values = getattr(flat[:, :, flat_index[cols]], part)
+    wheres = [(part, np.flatnonzero(parts == part)) for part in ("real", "imag")]
+    for lo, hi, cols in _column_blocks(modes, step) if n >= 4 else ():
+        for part, where in wheres:
+            sel = flat_index[where]  # ascending within a part
+            a, b = np.searchsorted(sel, [lo, hi])
+            if a == b:
+                continue
+            values = getattr(cols[:, :, sel[a:b] - lo], part)
             block = np.ascontiguousarray(values.transpose(2, 0, 1), dtype=float)
-            stats[:, cols], frozen[cols] = _mode_block(block)
+            stats[:, where[a:b]], frozen[where[a:b]] = _mode_block(block)
     out = dict(zip(_STAT_ROWS, stats, strict=True))
     if c < 2:  # one chain: no between-chain comparison
         for key in ("r_hat", "ratio_bulk", "ratio_tail"):
@@ -424,6 +432,30 @@ def _voxel_convergence(
     }
 
 
+def _spool_modes(x):
+    """Half-spectrum modes of out-of-core draws, one draw at a time, into a temporary file.
+
+    Returns the open ``h5py.File`` (closing it deletes the file) and its
+    ``(chain, draw, n0, n1, n2 // 2 + 1)`` dataset, read back in slabs by
+    :func:`mode_convergence`: memory stays at a few fields whatever the number of draws
+    (the modes of all draws are about one copy of the draws: on disk, not in memory).
+    """
+    import tempfile
+
+    import h5py
+
+    c, n = x.shape[:2]
+    grid = tuple(x.shape[2:])
+    ctype = np.result_type(np.dtype(x.dtype), np.complex64)
+    handle = tempfile.TemporaryFile(prefix="fieldhmc-modes-")
+    spool = h5py.File(handle, "w")
+    modes = spool.create_dataset("modes", (c, n, grid[0], grid[1], grid[2] // 2 + 1), ctype)
+    for j in range(c):
+        for d in range(n):
+            modes[j, d] = sp_fft.rfftn(np.asarray(x[j, d]), workers=-1)
+    return spool, modes
+
+
 def field_convergence(
     field_draws: ArrayLike,
     kbin_index: ArrayLike,
@@ -470,12 +502,16 @@ def field_convergence(
         "num_rhat_above", "num_undefined", "worst_r_hat": [{"index", "r_hat",
         "ess_bulk"}], ...}``.
     """
-    x = np.asarray(field_draws)
+    x = _as_draws(field_draws)
     if x.ndim != 5:
         raise ValueError(f"field_draws must have shape (chain, draw, n0, n1, n2), got {x.shape}")
-    # scipy keeps single precision (complex64 modes for float32 draws, half of NumPy's
-    # complex128) and uses both cores.
-    modes = sp_fft.rfftn(x, axes=(-3, -2, -1), workers=-1)
+    spool = None
+    if isinstance(x, np.ndarray):
+        # scipy keeps single precision (complex64 modes for float32 draws, half of
+        # NumPy's complex128) and uses both cores.
+        modes = sp_fft.rfftn(x, axes=(-3, -2, -1), workers=-1)
+    else:
+        spool, modes = _spool_modes(x)
     out = mode_convergence(
         modes,
         kbin_index,
@@ -488,6 +524,8 @@ def field_convergence(
         chunk_size=chunk_size,
     )
     del modes
+    if spool is not None:
+        spool.close()
     if include_voxels:
         out["voxels"] = _voxel_convergence(x, num_worst, rhat_threshold, chunk_size)
     return out

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fieldhmc.diagnostics.convergence import _CHUNK_ELEMENTS
+from fieldhmc.diagnostics.convergence import _CHUNK_ELEMENTS, _as_draws, _column_blocks
 
 
 def cross_power(
@@ -61,11 +61,15 @@ def cross_power(
     labels = kbins[valid]
     w = weights[valid]
     prod = (fa * fb.conj()).real[..., valid]  # (..., m)
-    onehot = np.zeros((labels.size, nbins))
-    onehot[np.arange(labels.size), labels] = w
-    norm = onehot.sum(axis=0)
+    del fa, fb
+    # Weighted bin sums with bincount: a dense (modes x bins) one-hot matrix would be
+    # 15 GB at 256³ (8.5M modes x 220 bins in float64).
+    batch = prod.shape[:-1]
+    rows = prod.reshape(-1, labels.size)
+    sums = np.stack([np.bincount(labels, weights=w * row, minlength=nbins) for row in rows])
+    norm = np.bincount(labels, weights=w, minlength=nbins)
     with np.errstate(divide="ignore", invalid="ignore"):
-        power = (prod @ onehot) / norm
+        power = (sums / norm).reshape((*batch, nbins))
     if box_size is not None:
         side = np.broadcast_to(np.asarray(box_size, dtype=float), (3,))
         power = power * float(np.prod(side)) / float(np.prod(grid)) ** 2
@@ -165,22 +169,21 @@ def coverage(
             (np.asarray(lo, float), np.asarray(hi, float)) for lo, hi in draws_or_intervals.values()
         ]
     else:
-        d = np.asarray(draws_or_intervals)
-        if d.shape[sample_ndim:] != t.shape:
+        d = _as_draws(draws_or_intervals)  # an h5py.Dataset (view) is read in slabs
+        if tuple(d.shape[sample_ndim:]) != t.shape:
             raise ValueError(f"draws shape {d.shape} does not end with truth shape {t.shape}")
         probs = [float(p) for p in probs]
         qs = [q for p in probs for q in ((1.0 - p) / 2.0, (1.0 + p) / 2.0)]
         # Quantiles in chunks of elements: no float64 copy of all draws (field draws
         # can be most of the machine's memory). Flattening only the event axes keeps a
         # view of e.g. a (draw, chain) -> (chain, draw) swapaxes.
-        events = d.reshape(d.shape[:sample_ndim] + (-1,))
         num_samples = math.prod(d.shape[:sample_ndim])
         step = chunk_size or max(1, _CHUNK_ELEMENTS // max(1, num_samples))
         quant = np.empty((len(qs), t.size))
-        for start in range(0, t.size, step):
+        for start, stop, cols in _column_blocks(d, step, sample_ndim):
             # astype makes the one (contiguous) copy; the reshape is then a view
-            block = events[..., start : start + step].astype(float).reshape(num_samples, -1)
-            quant[:, start : start + step] = np.quantile(block, qs, axis=0)
+            block = cols.astype(float).reshape(num_samples, -1)
+            quant[:, start:stop] = np.quantile(block, qs, axis=0)
         quant = quant.reshape((len(qs),) + t.shape)
         bounds = [(quant[2 * i], quant[2 * i + 1]) for i in range(len(probs))]
     inside = np.stack([(lo <= t) & (t <= hi) for lo, hi in bounds], axis=-1)

@@ -23,14 +23,17 @@ CHECKPOINT_NAME = "state.npz"
 
 def save_checkpoint(directory: Path, arrays: dict[str, np.ndarray], meta: dict) -> Path:
     """Save named arrays plus JSON metadata as ``directory/state.npz`` atomically."""
-    import io
-
-    buffer = io.BytesIO()
     payload = {k: np.asarray(v) for k, v in arrays.items()}
     payload["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    np.savez(buffer, **payload)
+
+    def write(tmp: Path) -> None:
+        # Straight to the file, array by array: an in-memory archive first would hold
+        # a second copy of the whole state (two copies, with ``getvalue``).
+        with open(tmp, "wb") as f:
+            np.savez(f, **payload)
+
     path = Path(directory) / CHECKPOINT_NAME
-    atomic_write(path, lambda tmp: tmp.write_bytes(buffer.getvalue()))
+    atomic_write(path, write)
     return path
 
 

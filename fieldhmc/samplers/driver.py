@@ -168,10 +168,40 @@ def adaptation_windows(num_burnin_steps: int) -> list[tuple[int, int]]:
     return windows
 
 
-def _chunk_bounds(settings: SamplerSettings) -> list[int]:
-    """Chunk boundaries (global steps): every chunk_size, the end of warm-up, windows."""
+# The compiled chunk keeps the field draws it stores in one buffer [slots, chains, ...];
+# its slots are capped at this many bytes (at least one draw of every chain), and
+# chunks are cut so no chunk stores more draws than that: the buffer does not scale
+# with chunk_size at large grids.
+FIELD_BUFFER_BYTES = 64 * 2**20
+
+
+def field_buffer_slots(settings: SamplerSettings, field_bytes_all_chains: int) -> int:
+    """Stored-field slots of the compiled chunk: ``ceil(chunk_size / field_thin)``, capped.
+
+    Parameters
+    ----------
+    settings : SamplerSettings
+    field_bytes_all_chains : int
+        Bytes of one field draw of every chain.
+    """
+    wanted = math.ceil(settings.chunk_size / settings.field_thin)
+    return max(1, min(wanted, FIELD_BUFFER_BYTES // max(1, field_bytes_all_chains)))
+
+
+def _chunk_bounds(settings: SamplerSettings, field_slots: int | None = None) -> list[int]:
+    """Chunk boundaries (global steps): every chunk_size, the end of warm-up, windows.
+
+    With ``field_slots`` fewer than a chunk keeps, sampling chunks are also cut every
+    ``field_slots * field_thin`` steps, so no chunk keeps more field draws than its
+    buffer holds.
+    """
     points = set(range(0, settings.num_steps, settings.chunk_size))
     points.add(settings.num_burnin_steps)
+    if field_slots is not None and field_slots < math.ceil(
+        settings.chunk_size / settings.field_thin
+    ):
+        every = field_slots * settings.field_thin
+        points.update(range(settings.num_burnin_steps, settings.num_steps, every))
     if settings.adapt_diagonal:
         for start, end in adaptation_windows(settings.num_burnin_steps):
             points.update((start, end))
@@ -229,6 +259,7 @@ class Sampler:
         self._lp64 = tf.function(self._lp64_impl, jit_compile=True, autograph=False)
         self._bootstrap = tf.function(self._bootstrap_impl, jit_compile=True, autograph=False)
         self._chunk = tf.function(self._chunk_impl, jit_compile=True, autograph=False)
+        self._field_slots: int | None = None  # set by run() before the first trace
 
     # -- compiled pieces -------------------------------------------------------------
     def _kernel(self, scales, reference, dtype, step_size):
@@ -297,7 +328,7 @@ class Sampler:
                 ntr = fo.tracked_fn(probe).shape[-1]
                 bufs["tracked_real"] = tf.zeros([k, chains, ntr], tf.float64)
                 bufs["tracked_imag"] = tf.zeros([k, chains, ntr], tf.float64)
-            nslots = math.ceil(k / s.field_thin) + 1
+            nslots = self._field_slots or math.ceil(k / s.field_thin)
             field_buf = (
                 tf.zeros([nslots, chains, *x_shape], dtype)
                 if fo.store_fields
@@ -363,8 +394,16 @@ class Sampler:
                 )
                 if fo.store_fields:
                     keep = tf.logical_and(sampling, (step - num_burnin) % s.field_thin == 0)
-                    # Always write slot `nfields`; it only advances when the draw is kept.
-                    field_buf = write(field_buf, nfields, delta)
+                    # Always write slot `nfields` (the last one once all are kept: chunks
+                    # never keep more than there are slots); it only advances, and only
+                    # takes the new draw, when the draw is kept. No spare slot needed.
+                    slot = tf.minimum(nfields, nslots - 1)
+                    old = xla.dynamic_slice(
+                        field_buf,
+                        tf.concat([[slot], tf.zeros([field_buf.shape.rank - 1], tf.int32)], 0),
+                        [1, *field_buf.shape[1:]],
+                    )[0]
+                    field_buf = write(field_buf, slot, tf.where(keep, delta, old))
                     nfields = nfields + tf.cast(keep, tf.int32)
             if s.adapt_diagonal:
                 lw = tf.cond(
@@ -558,7 +597,14 @@ class Sampler:
             if init_state is None:
                 raise ValueError("init_state is required for a fresh run")
             rs = self._fresh_state(init_state)
-        bounds = _chunk_bounds(s)
+        field_slots = None
+        if self.field_outputs is not None and self.field_outputs.store_fields:
+            shape = np.shape(rs.field_welford[1])  # one field (mean of the running moments)
+            itemsize = np.dtype(rs.x[0].dtype).itemsize
+            field_slots = field_buffer_slots(s, s.num_chains * math.prod(shape) * itemsize)
+        if self._field_slots is None:
+            self._field_slots = field_slots
+        bounds = _chunk_bounds(s, self._field_slots)
         windows = adaptation_windows(s.num_burnin_steps) if s.adapt_diagonal else []
         window_starts = {a for a, _ in windows}
         window_ends = {b for _, b in windows}

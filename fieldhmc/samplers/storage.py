@@ -15,7 +15,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-__all__ = ["H5TraceSink", "MemorySink", "read_fields", "read_traces"]
+__all__ = ["ChainDrawView", "H5TraceSink", "MemorySink", "read_fields", "read_traces"]
 
 
 class MemorySink:
@@ -74,8 +74,31 @@ class H5TraceSink:
             self._append(self.trace_path, name, np.asarray(values))
 
     def append_fields(self, fields: np.ndarray) -> None:
-        if self.field_path is not None:
-            self._append(self.field_path, "draws", np.asarray(fields))
+        """Append ``[draw, chain, ...]`` field draws, one (draw, chain) chunk at a time.
+
+        One HDF5 chunk per (draw, chain): a reader streams draw by draw or over slabs of
+        voxels, and no chunk outgrows HDF5's 4 GB limit (8 draws of 512³ would).
+        """
+        if self.field_path is None:
+            return
+        fields = np.asarray(fields)
+        with h5py.File(self.field_path, "a") as f:
+            if "draws" not in f:
+                f.create_dataset(
+                    "draws",
+                    shape=(0, *fields.shape[1:]),
+                    maxshape=(None, *fields.shape[1:]),
+                    dtype=fields.dtype,
+                    chunks=(1, 1, *fields.shape[2:]),
+                )
+            ds = f["draws"]
+            n = ds.shape[0]
+            ds.resize(n + len(fields), axis=0)
+            # One field per write: HDF5 converts and buffers no more than one chunk.
+            for d in range(len(fields)):
+                for c in range(fields.shape[1]):
+                    ds[n + d, c] = fields[d, c]
+            f.flush()
 
     def truncate(self, num_draws: int, num_field_draws: int) -> None:
         for path, n in ((self.trace_path, num_draws), (self.field_path, num_field_draws)):
@@ -109,3 +132,35 @@ def read_fields(path: Path, names: tuple[str, ...] | None = None) -> dict[str, n
     """
     with h5py.File(path, "r") as f:
         return {name: f[name][()] for name in f if names is None or name in names}
+
+
+class ChainDrawView:
+    """Stored field draws ``[draw, chain, ...]`` seen as ``[chain, draw, ...]``, read lazily.
+
+    Nothing is read until indexed; ``view[j, d]`` reads one draw, ``view[:, :, a:b]`` a
+    slab of every draw (``[chain, draw, b - a, ...]``). The diagnostics stream over it
+    in slabs (see :func:`fieldhmc.diagnostics.convergence._column_blocks`) instead of
+    loading every stored field.
+
+    Parameters
+    ----------
+    dataset : h5py.Dataset
+        ``draws`` of ``fields.h5``, shape ``[draw, chain, n0, n1, n2]``.
+    """
+
+    def __init__(self, dataset):
+        self._ds = dataset
+        d, c = dataset.shape[:2]
+        self.shape = (c, d, *dataset.shape[2:])
+        self.dtype = dataset.dtype
+        self.ndim = dataset.ndim
+        self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        key = key + (slice(None),) * max(0, 2 - len(key))
+        chain, draw = key[0], key[1]
+        out = self._ds[(draw, chain, *key[2:])]
+        if not isinstance(chain, int | np.integer) and not isinstance(draw, int | np.integer):
+            out = np.swapaxes(out, 0, 1)
+        return out

@@ -1,0 +1,238 @@
+"""Memory: regression tests in tracemalloc multiples of a field's bytes, and the peak check."""
+
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from fieldhmc import cli, memory
+from fieldhmc import diagnostics as diag
+from fieldhmc.config import load_config
+from fieldhmc.samplers.checkpoint import load_checkpoint, save_checkpoint
+from fieldhmc.samplers.storage import ChainDrawView
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+
+
+def _traced_peak(fn):
+    tracemalloc.start()
+    try:
+        out = fn()
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _kbins(grid):
+    from fieldhmc.models import Grid
+
+    return Grid(grid, 100.0).kbins()
+
+
+@pytest.fixture(scope="module")
+def stored_draws(tmp_path_factory):
+    """20 draws x 4 chains of a 16³ float32 field in fields.h5 layout [draw, chain, ...]."""
+    rng = np.random.default_rng(3)
+    draws = rng.normal(size=(20, 4, 16, 16, 16)).astype(np.float32)
+    path = tmp_path_factory.mktemp("fields") / "fields.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("draws", data=draws, chunks=(1, 1, 16, 16, 16))
+    return path, draws
+
+
+def test_cross_power_memory_is_a_few_fields(rng=None):
+    # A dense (modes x bins) float64 one-hot matrix made this 29x one float64 field at
+    # 32³ (and 15 GB at 256³); bin sums by bincount keep it to the FFTs' copies.
+    grid = (32, 32, 32)
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=grid), rng.normal(size=grid)
+    kb = _kbins(grid)
+    _, peak = _traced_peak(lambda: diag.cross_power(a, kb.index, kb.num_bins, field_b=b))
+    assert peak < 10 * a.nbytes, peak / a.nbytes
+
+
+def test_cross_power_matches_direct_sum():
+    grid = (8, 8, 6)
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(2, *grid)), rng.normal(size=grid)
+    kb = _kbins(grid)
+    got = diag.cross_power(a, kb.index, kb.num_bins, field_b=b)
+    fa, fb = np.fft.rfftn(a, axes=(-3, -2, -1)), np.fft.rfftn(b)
+    w = np.full(kb.index.shape, 2.0)
+    w[..., 0] = 1.0
+    w[..., -1] = 1.0
+    prod = (fa * fb.conj()).real
+    for i in range(kb.num_bins):
+        sel = kb.index == i
+        if sel.any():
+            want = (prod[:, sel] * w[sel]).sum(-1) / w[sel].sum()
+            np.testing.assert_allclose(got[:, i], want, rtol=1e-10)
+
+
+def test_field_convergence_streams_stored_draws(stored_draws):
+    path, draws = stored_draws
+    kb = _kbins(draws.shape[2:])
+    whole = diag.field_convergence(np.swapaxes(draws, 0, 1), kb.index, kb.num_bins)
+    with h5py.File(path, "r") as f:
+        view = ChainDrawView(f["draws"])
+        assert view.shape == (4, 20, 16, 16, 16)
+        streamed, peak = _traced_peak(
+            lambda: diag.field_convergence(view, kb.index, kb.num_bins, chunk_size=32)
+        )
+    # Loading the draws alone is 1x their bytes, and their complex64 modes 1x more; the
+    # estimators' own working set is ~12x one chunk (32 columns here), not the draws, plus
+    # the per-value statistics of the multiplicity-aware test, which scale with the field
+    # and not with the draws (measured ~21 float64 per real value; budget 24). The old
+    # in-memory path peaked at 2.5x the draws, above this bound.
+    per_value = 24 * 8 * int(np.prod(draws.shape[2:]))
+    assert peak < 0.5 * draws.nbytes + per_value, (peak, draws.nbytes, per_value)
+    for key in ("r_hat_max", "ess_bulk_min", "num_rhat_above"):
+        assert streamed["overall"][key] == pytest.approx(whole["overall"][key], rel=1e-5)
+        assert streamed["voxels"][key] == pytest.approx(whole["voxels"][key], rel=1e-5)
+    np.testing.assert_allclose(
+        streamed["kbins"]["r_hat_median"], whole["kbins"]["r_hat_median"], rtol=1e-5
+    )
+
+
+def test_coverage_streams_stored_draws(stored_draws):
+    path, draws = stored_draws
+    truth = np.random.default_rng(2).normal(size=draws.shape[2:])
+    whole = diag.coverage(np.swapaxes(draws, 0, 1), truth)
+    with h5py.File(path, "r") as f:
+        streamed, peak = _traced_peak(
+            lambda: diag.coverage(ChainDrawView(f["draws"]), truth, chunk_size=256)
+        )
+    np.testing.assert_allclose(streamed["coverage"], whole["coverage"])
+    # Reading the draws whole would be 1x their bytes on top of the ~0.6x of float64
+    # per-voxel quantiles and flags (6 + 3 per voxel at 80 draws here).
+    assert peak < 0.9 * draws.nbytes, peak / draws.nbytes
+
+
+def test_checkpoint_write_holds_no_second_copy(tmp_path):
+    arrays = {f"x{i}": np.ones((64, 64, 64), np.float32) for i in range(4)}
+    total = sum(a.nbytes for a in arrays.values())
+    _, peak = _traced_peak(lambda: save_checkpoint(tmp_path, arrays, {"step": 1}))
+    # An in-memory archive first (then getvalue) held 2x the state; NumPy now writes
+    # each array through the zip stream in pieces of at most 16 MiB (one array here).
+    assert peak < 0.5 * total, peak / total
+    back, meta = load_checkpoint(tmp_path)
+    assert meta == {"step": 1} and np.array_equal(back["x3"], arrays["x3"])
+
+
+def test_field_buffer_slots_do_not_scale_with_chunk_size():
+    from fieldhmc.samplers.driver import (
+        FIELD_BUFFER_BYTES,
+        SamplerSettings,
+        _chunk_bounds,
+        field_buffer_slots,
+    )
+
+    s = SamplerSettings(
+        num_chains=4, num_burnin_steps=10, num_results=60, chunk_size=50, field_thin=2
+    )
+    assert field_buffer_slots(s, 1024) == 25  # small fields: one slot per kept draw
+    big = FIELD_BUFFER_BYTES // 3
+    assert field_buffer_slots(s, big) == 3
+    assert field_buffer_slots(s, 10 * FIELD_BUFFER_BYTES) == 1
+    bounds = _chunk_bounds(s, 3)
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        kept = [t for t in range(a, b) if t >= 10 and (t - 10) % 2 == 0]
+        assert len(kept) <= 3
+    assert _chunk_bounds(s, 25) == _chunk_bounds(s)  # nothing cut when all fit
+
+
+def test_estimate_grows_with_grid_and_chains():
+    small = load_config(QUICKSTART)
+    big = load_config(QUICKSTART, ["grid.shape=[256,256,256]"])
+    more = load_config(QUICKSTART, ["grid.shape=[256,256,256]", "sampler.num_chains=8"])
+    e = [memory.estimate_peak_bytes(c).peak_bytes for c in (small, big, more)]
+    assert e[0] < 2e9 < e[1] < e[2]
+    with pytest.raises(MemoryError, match="exceeds the 1.0 GB available"):
+        memory.check_memory(big, available=int(1e9))
+    assert memory.check_memory(small, available=int(64e9)).peak_bytes == e[0]
+
+
+def test_cli_refuses_a_config_that_cannot_fit(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["run", str(QUICKSTART), "--set", "grid.shape=[2048,2048,2048]", "--out", str(out)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "estimated peak memory" in err[0] and "GB available" in err[0]
+    assert not out.exists()
+    assert cli.main(["validate", str(QUICKSTART), "--set", "grid.shape=[2048,2048,2048]"]) == 2
+    assert (
+        cli.main(
+            [
+                "validate",
+                str(QUICKSTART),
+                "--set",
+                "grid.shape=[2048,2048,2048]",
+                "--no-memory-check",
+            ]
+        )
+        == 0
+    )
+    assert cli.main(["validate", str(QUICKSTART)]) == 0  # a config that fits
+
+
+def test_validate_memory_check_does_not_import_tensorflow():
+    code = (
+        "import sys; from fieldhmc import cli; "
+        f"rc = cli.main(['validate', {str(QUICKSTART)!r}]); "
+        "assert 'tensorflow' not in sys.modules; sys.exit(rc)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+def test_capped_field_buffer_stores_the_same_draws(tmp_path, monkeypatch):
+    """One slot per chain (chunks cut to fit) keeps exactly the draws of the full buffer."""
+    import tensorflow as tf
+
+    from fieldhmc import models
+    from fieldhmc.samplers import FieldOutputs, MemorySink, Sampler, SamplerSettings, driver
+    from fieldhmc.seeds import stateless_seed
+
+    grid = models.Grid((8, 8, 8), 100.0)
+    model = models.GaussianFieldModel(grid, models.PowerLaw(1000.0, -1.5, 0.1), sigma=2.0)
+    data = np.asarray(model.sample(seed=stateless_seed(3))["data"])
+    settings = SamplerSettings(
+        num_chains=2,
+        num_burnin_steps=3,
+        num_results=12,
+        num_leapfrog_steps=2,
+        chunk_size=10,
+        field_thin=2,
+        seed=5,
+    )
+    outputs = FieldOutputs(
+        field_fn=lambda v: v, power_fn=lambda v: tf.zeros([tf.shape(v)[0], 1], v.dtype)
+    )
+    init = [np.asarray(model.init_latents("prior", 2, seed=stateless_seed(1))[0])]
+
+    def run(name):
+        sampler = Sampler(
+            model.target_log_prob_fn(data),
+            settings,
+            ["field"],
+            [np.ones((8, 8, 8), np.float32)],
+            outputs,
+        )
+        sink = MemorySink()
+        sampler.run(sink, tmp_path / name, init, progress=False)
+        return sampler, sink
+
+    full, full_sink = run("full")
+    monkeypatch.setattr(driver, "FIELD_BUFFER_BYTES", 1)
+    capped, capped_sink = run("capped")
+    assert full._field_slots == 5 and capped._field_slots == 1
+    assert len(capped_sink.fields) > len(full_sink.fields)  # more, shorter chunks
+    np.testing.assert_array_equal(capped_sink.stacked_fields(), full_sink.stacked_fields())
+    assert capped_sink.stacked_fields().shape[0] == 6
+    np.testing.assert_array_equal(
+        capped_sink.stacked_traces()["lp"], full_sink.stacked_traces()["lp"]
+    )
