@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import h5py
@@ -30,6 +31,14 @@ def _run(config: Path, out: Path, *extra: str) -> int:
     return cli.main(argv)
 
 
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> Path:
+    """One shrunken quickstart run shared by the tests that only read it (or copy it)."""
+    out = tmp_path_factory.mktemp("quick") / "run"
+    assert _run(ROOT / "configs" / "quickstart.yaml", out) == 0
+    return out
+
+
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_shipped_config_runs_end_to_end(config, tmp_path):
     import arviz as az
@@ -50,13 +59,12 @@ def test_shipped_config_runs_end_to_end(config, tmp_path):
         assert np.all(np.isfinite(f["var"][()]))
 
 
-def test_samples_nc_opens_without_fieldhmc(tmp_path):
+def test_samples_nc_opens_without_fieldhmc(quick_run, tmp_path):
     """az.from_netcdf in a fresh interpreter that cannot import fieldhmc."""
     import subprocess
     import sys
 
-    out = tmp_path / "run"
-    assert _run(ROOT / "configs" / "quickstart.yaml", out) == 0
+    out = quick_run
     code = (
         "import sys; sys.modules['fieldhmc'] = None\n"
         "import arviz as az\n"
@@ -68,10 +76,10 @@ def test_samples_nc_opens_without_fieldhmc(tmp_path):
     assert "diverging" in res.stdout
 
 
-def test_overwrite_protection_keeps_results(tmp_path, capsys):
+def test_overwrite_protection_keeps_results(quick_run, tmp_path, capsys):
     out = tmp_path / "run"
     quick = ROOT / "configs" / "quickstart.yaml"
-    assert _run(quick, out) == 0
+    shutil.copytree(quick_run, out)
     before = (out / "summary.json").read_bytes()
     (out / "my_notes.txt").write_text("keep me")
     capsys.readouterr()
@@ -94,12 +102,11 @@ def test_overwrite_never_deletes_user_files(tmp_path):
     assert (out / "summary.json").exists()
 
 
-def test_resume_after_kill_matches_uninterrupted(tmp_path, monkeypatch):
+def test_resume_after_kill_matches_uninterrupted(quick_run, tmp_path, monkeypatch):
     from fieldhmc.samplers import Sampler
 
     quick = ROOT / "configs" / "quickstart.yaml"
-    full = tmp_path / "full"
-    assert _run(quick, full) == 0
+    full = quick_run
 
     real_run = Sampler.run
 
@@ -120,15 +127,15 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path, monkeypatch):
             assert a[name][()].tobytes() == b[name][()].tobytes(), name
 
 
-def test_resume_extends_a_finished_run(tmp_path):
+def test_resume_extends_a_finished_run(quick_run, tmp_path):
     out = tmp_path / "run"
-    assert _run(ROOT / "configs" / "quickstart.yaml", out) == 0
+    shutil.copytree(quick_run, out)
     assert cli.main(["-q", "resume", str(out), "--num-results", "36"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_draws"] == 36
 
 
-def test_simulate_diagnose_and_plot_commands(tmp_path):
+def test_simulate_diagnose_and_plot_commands(quick_run, tmp_path):
     quick = ROOT / "configs" / "quickstart.yaml"
     sim = tmp_path / "sim"
     argv = ["-q", "simulate", str(quick), "--out", str(sim)]
@@ -139,15 +146,15 @@ def test_simulate_diagnose_and_plot_commands(tmp_path):
     assert np.load(sim / "data" / "data.npy").shape == (8, 8, 8)
 
     out = tmp_path / "run"
-    assert _run(quick, out, "sampler.num_results=30") == 0
+    shutil.copytree(quick_run, out)
     (out / "summary.json").unlink()
     for png in (out / "plots").glob("*.png"):
         png.unlink()
     assert cli.main(["-q", "diagnose", str(out)]) == 0
-    assert json.loads((out / "summary.json").read_text())["num_draws"] == 30
+    assert json.loads((out / "summary.json").read_text())["num_draws"] == 24
     assert cli.main(["-q", "plot", str(out)]) == 0
     assert len(list((out / "plots").glob("*.png"))) >= 4
-    assert "num_results: 30" in (out / "config.yaml").read_text()
+    assert "num_results: 24" in (out / "config.yaml").read_text()  # the --set override
 
 
 def test_loading_data_from_file(tmp_path):

@@ -1,0 +1,202 @@
+"""HMC/NUTS sampler health: divergences, E-BFMI, acceptance, step size, tree depth.
+
+References
+----------
+.. [2] M. Betancourt, "Diagnosing Suboptimal Cotangent Disintegrations in Hamiltonian
+   Monte Carlo", arXiv:1604.00695.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from fieldhmc.diagnostics._text import _plural
+
+#: Default E-BFMI below which a chain is flagged (Betancourt 2016).
+EBFMI_THRESHOLD = 0.3
+
+
+def _ebfmi(energy: np.ndarray) -> np.ndarray:
+    """E-BFMI per chain, ArviZ/Stan convention.
+
+    .. math::
+        \\mathrm{E\\text{-}BFMI} = \\frac{\\frac{1}{N-1}\\sum_{n=1}^{N-1}(E_n - E_{n-1})^2}
+        {\\frac{1}{N-1}\\sum_{n=0}^{N-1}(E_n - \\bar E)^2}
+    """
+    num = np.square(np.diff(energy, axis=1)).mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return num / energy.var(axis=1, ddof=1)
+
+
+def _suggest_target(target: float) -> float:
+    return round(min(0.99, 1.0 - (1.0 - target) / 2.0), 3)
+
+
+def sampler_health(
+    sample_stats: Mapping[str, ArrayLike],
+    target_accept_prob: float,
+    max_tree_depth: int | None = None,
+    *,
+    ebfmi_threshold: float = EBFMI_THRESHOLD,
+    acceptance_tolerance: float = 0.1,
+) -> dict[str, Any]:
+    """HMC/NUTS health checks in Stan's conventions, with plain-language warnings.
+
+    Parameters
+    ----------
+    sample_stats : mapping of str to array_like, each shape (chain, draw)
+        Post-warm-up sampler statistics: ``acceptance_rate``, ``diverging`` (bool),
+        ``energy`` (Hamiltonian :math:`H`, Stan sign), ``step_size``, ``n_steps``
+        (leapfrog steps = gradient evaluations per iteration), and for NUTS ``tree_depth``
+        (or ``reach_max_depth``, bool). Missing keys skip the corresponding check.
+    target_accept_prob : float
+        Target of the step-size adaptation.
+    max_tree_depth : int, optional
+        NUTS maximum tree depth; transitions with ``tree_depth >= max_tree_depth`` are
+        saturated (the trajectory was cut short).
+    ebfmi_threshold : float, default 0.3
+        Chains with E-BFMI below this are flagged [2]_.
+    acceptance_tolerance : float, default 0.1
+        Flag chains whose mean acceptance differs from the target by more than this.
+
+    Returns
+    -------
+    dict
+        ``num_chains``, ``num_draws``, ``target_accept_prob``,
+        ``divergences`` ``{"total", "per_chain", "iterations": [[draw, ...] per chain]}``,
+        ``ebfmi`` (per chain), ``acceptance`` ``{"mean", "per_chain"}``,
+        ``step_size`` ``{"per_chain", "min", "max", "is_constant"}``,
+        ``tree_depth`` ``{"max_tree_depth", "mean_per_chain", "max_observed",
+        "num_saturated_per_chain", "fraction_saturated"}``,
+        ``gradient_evals`` ``{"total", "per_chain", "mean_per_draw"}``, and ``warnings``
+        (list of str). Absent inputs give None entries.
+
+    References
+    ----------
+    .. [2] Betancourt, arXiv:1604.00695.
+    """
+    arrays = {key: np.asarray(value) for key, value in sample_stats.items()}
+    shapes = {a.shape for a in arrays.values()}
+    if any(len(s) != 2 for s in shapes):
+        raise ValueError(f"sample_stats arrays must be (chain, draw), got shapes {shapes}")
+    c, n = next(iter(arrays.values())).shape if arrays else (0, 0)
+    warnings: list[str] = []
+    out: dict[str, Any] = {
+        "num_chains": c,
+        "num_draws": n,
+        "target_accept_prob": float(target_accept_prob),
+        "divergences": None,
+        "ebfmi": None,
+        "acceptance": None,
+        "step_size": None,
+        "tree_depth": None,
+        "gradient_evals": None,
+        "warnings": warnings,
+    }
+
+    if "diverging" in arrays:
+        div = arrays["diverging"].astype(bool)
+        per_chain = div.sum(axis=1)
+        out["divergences"] = {
+            "total": int(per_chain.sum()),
+            "per_chain": [int(v) for v in per_chain],
+            "iterations": [[int(i) for i in np.flatnonzero(row)] for row in div],
+        }
+        suggestion = _suggest_target(target_accept_prob)
+        for chain, count in enumerate(per_chain):
+            if count:
+                warnings.append(
+                    f"{_plural(int(count), 'divergent transition')} after warm-up in chain "
+                    f"{chain} — consider target_accept_prob {suggestion:g} (smaller steps) "
+                    "or reparametrising; divergent draws may be biased"
+                )
+
+    if "energy" in arrays and n >= 2:
+        ebfmi = _ebfmi(arrays["energy"].astype(float))
+        out["ebfmi"] = [float(v) for v in ebfmi]
+        low = [(chain, value) for chain, value in enumerate(ebfmi) if value < ebfmi_threshold]
+        if low:
+            which = ", ".join(f"{value:.2f} in chain {chain}" for chain, value in low)
+            warnings.append(
+                f"E-BFMI below {ebfmi_threshold:g} ({which}) — momentum resampling explores "
+                "the energy levels poorly; improve the preconditioner (mass matrix) or "
+                "reparametrise"
+            )
+
+    if "acceptance_rate" in arrays:
+        acc = arrays["acceptance_rate"].astype(float).mean(axis=1)
+        out["acceptance"] = {"mean": float(acc.mean()), "per_chain": [float(v) for v in acc]}
+        for chain, value in enumerate(acc):
+            if value < target_accept_prob - acceptance_tolerance:
+                warnings.append(
+                    f"mean acceptance {value:.2f} in chain {chain} is well below "
+                    f"target_accept_prob {target_accept_prob:.2f} — step-size adaptation "
+                    "may not have converged; consider a longer warm-up"
+                )
+            elif value > target_accept_prob + acceptance_tolerance:
+                warnings.append(
+                    f"mean acceptance {value:.2f} in chain {chain} is well above "
+                    f"target_accept_prob {target_accept_prob:.2f} — the step size is "
+                    "smaller than needed (slow mixing); check the step-size adaptation"
+                )
+
+    if "step_size" in arrays:
+        eps = arrays["step_size"].astype(float)
+        lo, hi = eps.min(axis=1), eps.max(axis=1)
+        constant = np.all(hi - lo <= 1e-6 * np.abs(hi))
+        out["step_size"] = {
+            "per_chain": [float(v) for v in eps.mean(axis=1)],
+            "min": float(eps.min()),
+            "max": float(eps.max()),
+            "is_constant": bool(constant),
+        }
+        if not constant:
+            warnings.append(
+                "step size changes after warm-up — adaptation should stop before the "
+                "draws that are kept, otherwise the chain is not a valid Markov chain"
+            )
+
+    depth = arrays.get("tree_depth")
+    if depth is not None or "reach_max_depth" in arrays:
+        if "reach_max_depth" in arrays:
+            saturated = arrays["reach_max_depth"].astype(bool)
+        elif max_tree_depth is not None:
+            saturated = depth >= max_tree_depth
+        else:
+            saturated = None
+        info: dict[str, Any] = {
+            "max_tree_depth": None if max_tree_depth is None else int(max_tree_depth),
+            "mean_per_chain": None
+            if depth is None
+            else [float(v) for v in depth.astype(float).mean(axis=1)],
+            "max_observed": None if depth is None else int(depth.max()),
+            "num_saturated_per_chain": None,
+            "fraction_saturated": None,
+        }
+        if saturated is not None:
+            sat = saturated.sum(axis=1)
+            info["num_saturated_per_chain"] = [int(v) for v in sat]
+            info["fraction_saturated"] = float(saturated.mean())
+            hit = [(chain, int(count)) for chain, count in enumerate(sat) if count]
+            if hit:
+                limit = "" if max_tree_depth is None else f" {max_tree_depth}"
+                which = ", ".join(
+                    f"{count} ({100.0 * count / n:.1f}%) in chain {chain}" for chain, count in hit
+                )
+                warnings.append(
+                    f"transitions that hit max_tree_depth{limit}: {which} — trajectories are "
+                    "cut short; raise max_tree_depth or improve the preconditioner"
+                )
+        out["tree_depth"] = info
+
+    if "n_steps" in arrays:
+        steps = arrays["n_steps"].astype(float)
+        per_chain = steps.sum(axis=1)
+        out["gradient_evals"] = {
+            "total": float(per_chain.sum()),
+            "per_chain": [float(v) for v in per_chain],
+            "mean_per_draw": float(steps.mean()),
+        }
+    return out
