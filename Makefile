@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/nuts_resonance.py
 	$(PY) benchmarks/sampling.py
 	$(PY) benchmarks/nuts_field.py
+	$(PY) benchmarks/microcanonical.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -36,11 +36,13 @@ def _suggest_target(target: float) -> float:
 
 def sampler_health(
     sample_stats: Mapping[str, ArrayLike],
-    target_accept_prob: float,
+    target_accept_prob: float | None,
     max_tree_depth: int | None = None,
     *,
     ebfmi_threshold: float = EBFMI_THRESHOLD,
     acceptance_tolerance: float = 0.1,
+    dimension: int | None = None,
+    desired_energy_var: float | None = None,
 ) -> dict[str, Any]:
     """HMC/NUTS health checks in Stan's conventions, with plain-language warnings.
 
@@ -51,8 +53,9 @@ def sampler_health(
         ``energy`` (Hamiltonian :math:`H`, Stan sign), ``step_size``, ``n_steps``
         (leapfrog steps = gradient evaluations per iteration), and for NUTS ``tree_depth``
         (or ``reach_max_depth``, bool). Missing keys skip the corresponding check.
-    target_accept_prob : float
-        Target of the step-size adaptation.
+    target_accept_prob : float or None
+        Target of the step-size adaptation; None for kernels without a Metropolis
+        test (MCLMC), whose acceptance check is skipped.
     max_tree_depth : int, optional
         NUTS maximum tree depth; transitions with ``tree_depth >= max_tree_depth`` are
         saturated (the trajectory was cut short).
@@ -60,6 +63,15 @@ def sampler_health(
         Chains with E-BFMI below this are flagged [2]_.
     acceptance_tolerance : float, default 0.1
         Flag chains whose mean acceptance differs from the target by more than this.
+    dimension : int, optional
+        Number of sampled coordinates per chain: with an ``energy_error`` statistic
+        (:math:`\\Delta E` per transition) gives the energy-error variance per dimension
+        :math:`\\overline{\\Delta E^2}/d` per chain (``energy_error_var_per_dim``), the
+        health measure of the microcanonical kernels, for which acceptance (MCLMC) and
+        E-BFMI (both) do not apply [3]_.
+    desired_energy_var : float, optional
+        MCLMC's bias tolerance (the value its step size was tuned to); chains more than
+        twice above it are flagged.
 
     Returns
     -------
@@ -76,6 +88,7 @@ def sampler_health(
     References
     ----------
     .. [2] Betancourt, arXiv:1604.00695.
+    .. [3] Robnik, Cohn-Gordon & Seljak, arXiv:2412.08876.
     """
     arrays = {key: np.asarray(value) for key, value in sample_stats.items()}
     shapes = {a.shape for a in arrays.values()}
@@ -86,13 +99,14 @@ def sampler_health(
     out: dict[str, Any] = {
         "num_chains": c,
         "num_draws": n,
-        "target_accept_prob": float(target_accept_prob),
+        "target_accept_prob": None if target_accept_prob is None else float(target_accept_prob),
         "divergences": None,
         "ebfmi": None,
         "acceptance": None,
         "step_size": None,
         "tree_depth": None,
         "gradient_evals": None,
+        "energy_error_var_per_dim": None,
         "warnings": warnings,
     }
 
@@ -104,16 +118,20 @@ def sampler_health(
             "per_chain": [int(v) for v in per_chain],
             "iterations": [[int(i) for i in np.flatnonzero(row)] for row in div],
         }
-        suggestion = _suggest_target(target_accept_prob)
+        remedy = (
+            "a smaller desired_energy_var (smaller steps)"
+            if target_accept_prob is None
+            else f"target_accept_prob {_suggest_target(target_accept_prob):g} (smaller steps)"
+        )
         for chain, count in enumerate(per_chain):
             if count:
                 warnings.append(
                     f"{_plural(int(count), 'divergent transition')} after warm-up in chain "
-                    f"{chain} — consider target_accept_prob {suggestion:g} (smaller steps) "
-                    "or reparametrising; divergent draws may be biased"
+                    f"{chain} — consider {remedy} or reparametrising; divergent draws may "
+                    "be biased"
                 )
 
-    if "energy" in arrays and n >= 2:
+    if "energy" in arrays and n >= 2 and np.isfinite(arrays["energy"]).all():
         ebfmi = _ebfmi(arrays["energy"].astype(float))
         out["ebfmi"] = [float(v) for v in ebfmi]
         low = [(chain, value) for chain, value in enumerate(ebfmi) if value < ebfmi_threshold]
@@ -125,7 +143,8 @@ def sampler_health(
                 "reparametrise"
             )
 
-    if "acceptance_rate" in arrays:
+    has_accept = "acceptance_rate" in arrays and np.isfinite(arrays["acceptance_rate"]).all()
+    if has_accept and target_accept_prob is not None:
         acc = arrays["acceptance_rate"].astype(float).mean(axis=1)
         out["acceptance"] = {"mean": float(acc.mean()), "per_chain": [float(v) for v in acc]}
         for chain, value in enumerate(acc):
@@ -190,6 +209,24 @@ def sampler_health(
                     "cut short; raise max_tree_depth or improve the preconditioner"
                 )
         out["tree_depth"] = info
+
+    error = arrays.get("energy_error")
+    if error is not None and dimension and np.isfinite(error).any():
+        var = np.nanmean(np.square(error.astype(float)), axis=1) / dimension
+        out["energy_error_var_per_dim"] = {
+            "per_chain": [float(v) for v in var],
+            "mean": float(np.mean(var)),
+            "desired": None if desired_energy_var is None else float(desired_energy_var),
+        }
+        if desired_energy_var is not None:
+            for chain, value in enumerate(var):
+                if value > 2.0 * desired_energy_var:
+                    warnings.append(
+                        f"energy-error variance per dimension {value:.2g} in chain {chain} is "
+                        f"more than twice the bias tolerance {desired_energy_var:g} the step "
+                        "size was tuned to — the unadjusted sampler's bias may exceed it; "
+                        "use a longer warm-up or a smaller desired_energy_var"
+                    )
 
     if "n_steps" in arrays:
         steps = arrays["n_steps"].astype(float)

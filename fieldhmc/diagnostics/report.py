@@ -110,7 +110,34 @@ def format_report(summary: Mapping[str, Any]) -> str:
             ],
             rows,
         )
-        lines.append(f"target_accept_prob {sampler['target_accept_prob']:.2f}")
+        target = sampler["target_accept_prob"]
+        lines.append(
+            "no Metropolis test (unadjusted): acceptance does not apply"
+            if target is None
+            else f"target_accept_prob {target:.2f}"
+        )
+        energy = sampler.get("energy_error_var_per_dim")
+        if energy is not None:
+            desired = energy["desired"]
+            lines.append(
+                "energy-error variance per dimension (Var[dE]/d) per chain: "
+                + ", ".join(_fmt(v, ".2g") for v in energy["per_chain"])
+                + ("" if desired is None else f" (bias tolerance tuned to {desired:g})")
+            )
+    metadata = summary.get("metadata") or {}
+    if metadata.get("adjusted") is False:
+        lines.append(
+            f"{metadata.get('sampler')} is UNADJUSTED (no Metropolis test): its draws are "
+            "biased by design; step size tuned to the bias tolerance Var[dE]/d = "
+            f"{metadata.get('bias_tolerance')}"
+        )
+    tuning = metadata.get("tuning")
+    if tuning:
+        lines.append(
+            "tuned: "
+            + ", ".join(f"{k} {_fmt(v, '.4g')}" for k, v in tuning["tuned"].items())
+            + f"; warm-up gradient evaluations {tuning['warmup_gradient_evaluations']}"
+        )
     efficiency = summary.get("efficiency")
     if efficiency and efficiency.get("gradient_evals_per_ess") is not None:
         lines.append(
