@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/sbc_scaling.py
 	$(PY) benchmarks/memory.py
 	$(PY) benchmarks/scaling.py
+	$(PY) benchmarks/microcanonical.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

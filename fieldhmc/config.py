@@ -90,6 +90,7 @@ TARGET_ACCEPT_PROB_DEFAULTS: dict[str, float] = {
     "snaper": 0.65,
     "nuts": 0.8,
     "fieldnuts": 0.8,
+    "mams": 0.9,
 }
 _TARGET_ACCEPT_BY_VALUE: dict[float, list[str]] = {}
 for _kind, _value in TARGET_ACCEPT_PROB_DEFAULTS.items():
@@ -97,6 +98,7 @@ for _kind, _value in TARGET_ACCEPT_PROB_DEFAULTS.items():
 del _kind, _value
 NUTS_KINDS = ("nuts", "fieldnuts")
 ENSEMBLE_KINDS = ("chees", "snaper")
+MICROCANONICAL_KINDS = ("mclmc", "mams")
 GAUSSIAN_LIKELIHOODS = ("gaussian", "masked_gaussian")
 DATA_SUFFIXES = (".npy", ".npz", ".h5", ".hdf5")
 
@@ -802,10 +804,13 @@ class SamplerConfig(BaseModel):
 
     model_config = _FROZEN
 
-    kind: Literal["hmc", "nuts", "fieldnuts", "chees", "snaper"] = Field(
+    kind: Literal["hmc", "nuts", "fieldnuts", "chees", "snaper", "mclmc", "mams"] = Field(
         "hmc",
         description="hmc: fixed-length HMC; nuts: TFP NUTS; fieldnuts: fieldhmc's corrected "
-        "NUTS; chees / snaper: ensemble trajectory-length adaptation (>= 2 chains).",
+        "NUTS; chees / snaper: ensemble trajectory-length adaptation (>= 2 chains); "
+        "mclmc: unadjusted microcanonical Langevin MC (biased by design, step tuned to "
+        "desired_energy_var); mams: Metropolis-adjusted microcanonical sampler (exact). "
+        "mclmc and mams tune step size and L themselves during burn-in.",
     )
     num_chains: int = _count(4, "Number of parallel chains (>= 1; chees/snaper need >= 2).", ge=1)
     num_burnin_steps: int = _count(200, "Adaptation/burn-in steps per chain (>= 0).", ge=0)
@@ -825,12 +830,34 @@ class SamplerConfig(BaseModel):
         + ", ".join(
             f"{value} for {'/'.join(kinds)}" for value, kinds in _TARGET_ACCEPT_BY_VALUE.items()
         )
-        + ".",
+        + "; not used by mclmc (no Metropolis test).",
         gt=0,
         lt=1,
     )
     step_size: Positive = Field(
-        0.1, description="Initial leapfrog step size (> 0); adapted during burn-in."
+        0.1,
+        description="Initial leapfrog step size (> 0); adapted during burn-in. For "
+        "mclmc/mams in units of sqrt(d) (the whitened state moves by step_size*sqrt(d) "
+        "per step, as in HMC).",
+    )
+    trajectory_length: float | None = _finite(
+        1.0,
+        "Initial momentum decoherence length L / sqrt(d) (> 0), tuned during burn-in; "
+        "mclmc and mams only.",
+        gt=0,
+    )
+    desired_energy_var: float | None = _finite(
+        5e-4,
+        "Bias tolerance of mclmc: the energy-error variance per dimension Var[dE]/d the "
+        "step size is tuned to (> 0; BlackJAX's default 5e-4); for Gaussian targets it "
+        "bounds the squared relative bias of the variances (arXiv:2412.08876); mclmc only.",
+        gt=0,
+        lt=1,
+    )
+    integrator: Literal["minimal_norm", "leapfrog"] | None = Field(
+        "minimal_norm",
+        description="Isokinetic integrator: minimal_norm (2nd-order McLachlan/Omelyan, 2 "
+        "gradients per step, BlackJAX's default) or leapfrog; mclmc and mams only.",
     )
     step_size_jitter: float | None = _finite(
         0.0, "Relative step-size jitter per step, in [0, 1); fieldnuts only.", ge=0, lt=1
@@ -864,11 +891,24 @@ class SamplerConfig(BaseModel):
         _apply_kind_rule(
             self, "step_size_jitter", kind == "fieldnuts", "sampler.kind=fieldnuts", actual
         )
+        micro = kind in MICROCANONICAL_KINDS
+        for name in ("trajectory_length", "integrator"):
+            _apply_kind_rule(self, name, micro, "sampler.kind is mclmc or mams", actual)
+        _apply_kind_rule(self, "desired_energy_var", kind == "mclmc", "sampler.kind=mclmc", actual)
+        _apply_kind_rule(
+            self, "target_accept_prob", kind != "mclmc", "sampler.kind is not mclmc", actual
+        )
+        if micro and self.preconditioner == "diagonal":
+            raise _field_error(
+                "preconditioner",
+                f"diagonal (windowed adaptation) does not combine with sampler.kind={kind}'s "
+                "own tuning; use identity, prior or posterior",
+            )
         if kind in ENSEMBLE_KINDS and self.num_chains < 2:
             raise _field_error(
                 "num_chains", f"sampler.kind={kind} needs >= 2 chains (got {self.num_chains})"
             )
-        if self.target_accept_prob is None:
+        if self.target_accept_prob is None and kind != "mclmc":
             _set_resolved(self, target_accept_prob=TARGET_ACCEPT_PROB_DEFAULTS[kind])
         return self
 

@@ -8,6 +8,7 @@ here parses arguments or prints tables beyond the diagnostics report.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 from dataclasses import dataclass
@@ -225,6 +226,9 @@ def _settings(config: cfg.Config, num_results: int | None = None):
         target_accept_prob=s.target_accept_prob,
         step_size=s.step_size,
         step_size_jitter=s.step_size_jitter or 0.0,
+        trajectory_length=s.trajectory_length or 1.0,
+        desired_energy_var=s.desired_energy_var or 5e-4,
+        integrator=s.integrator or "minimal_norm",
         adapt_diagonal=s.preconditioner == "diagonal",
         chunk_size=s.chunk_size,
         thin=s.thin,
@@ -384,13 +388,25 @@ def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict, kbin
     for n, name in enumerate(mode_names(idx)):
         posterior[f"{name}.real"] = traces["tracked_real"][..., n]
         posterior[f"{name}.imag"] = traces["tracked_imag"][..., n]
+    kind = config.sampler.kind
     stat_names = ["lp", "acceptance_rate", "diverging", "energy", "step_size", "n_steps"]
-    if config.sampler.kind in ("nuts", "fieldnuts"):
+    if kind in ("nuts", "fieldnuts"):
         stat_names.append("tree_depth")
+    if kind in cfg.MICROCANONICAL_KINDS:  # no Hamiltonian energy; no acceptance for mclmc
+        stat_names.remove("energy")
+        stat_names.append("energy_error")
+        if kind == "mclmc":
+            stat_names.remove("acceptance_rate")
     stats = {name: traces[name] for name in stat_names}
     attrs = {f"{k}_version": v for k, v in _versions().items()}
-    attrs["sampler"] = config.sampler.kind
+    attrs["sampler"] = kind
     attrs["gradient_evaluations"] = str(summary["gradient_evaluations"])
+    attrs["tuning"] = json.dumps(
+        {
+            "tuned": summary["tuned"],
+            "warmup_gradient_evaluations": summary["warmup_gradient_evaluations"],
+        }
+    )
     io.write_inference_data(run.samples, posterior, stats, attrs)
     refs = {"input": model.power.numpy(kbins.k)}
     truth = run.load_data("truth")
@@ -478,6 +494,14 @@ def _load_run(run_dir: Path, field_names: tuple[str, ...] | None = None):
     return rundir, config, posterior, stats, power, fields
 
 
+def _sampler_tuning(rundir: io.RunDirectory) -> dict | None:
+    """Tuned step size (and L) and warm-up gradients stored with the draws, if any."""
+    import arviz as az
+
+    raw = (getattr(az.from_netcdf(str(rundir.samples)), "attrs", None) or {}).get("tuning")
+    return None if raw is None else json.loads(raw)
+
+
 def diagnose(run_dir: Path) -> dict:
     """Recompute ``summary.json`` and ``report.txt``; print the report."""
     rundir, config, posterior, stats, power, fields = _load_run(run_dir, ("mean",))
@@ -536,11 +560,20 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
             coverage_result=cov,
         )
     kind = config.sampler.kind
+    tuning = _sampler_tuning(rundir)
+    micro = {}
+    if kind in cfg.MICROCANONICAL_KINDS:
+        micro = {
+            "adjusted": kind == "mams",
+            "bias_tolerance": config.sampler.desired_energy_var,  # None for mams
+        }
     summary = diagnostics.build_summary(
         posterior=posterior,
         sample_stats=stats,
         target_accept_prob=config.sampler.target_accept_prob,
         max_tree_depth=config.sampler.max_tree_depth if kind in ("nuts", "fieldnuts") else None,
+        dimension=(tuning or {}).get("tuned", {}).get("dimension"),
+        desired_energy_var=config.sampler.desired_energy_var,
         field=field_summary,
         truth=truth_summary,
         scalars_method="numpy",
@@ -549,6 +582,8 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
             "sampler": kind,
             "preconditioner": config.sampler.preconditioner,
             "grid_shape": list(config.grid.shape),
+            **micro,
+            "tuning": tuning,
         },
     )
     io.write_json(rundir.summary, summary)

@@ -181,6 +181,24 @@ def test_kind_dependent_defaults(kind: str, expected: float) -> None:
     assert (sampler.step_size_jitter == 0.0) == (kind == "fieldnuts")
 
 
+@pytest.mark.parametrize("kind", ["mclmc", "mams"])
+def test_microcanonical_kinds(kind: str) -> None:
+    sampler = config_from_dict({"sampler": {"kind": kind}}, ".").sampler
+    assert sampler.trajectory_length == 1.0 and sampler.integrator == "minimal_norm"
+    assert sampler.target_accept_prob == (None if kind == "mclmc" else 0.9)
+    assert sampler.desired_energy_var == (5e-4 if kind == "mclmc" else None)
+    assert sampler.num_leapfrog_steps is None and sampler.max_tree_depth is None
+    with pytest.raises(ConfigError, match="sampler.preconditioner: diagonal"):
+        config_from_dict({"sampler": {"kind": kind, "preconditioner": "diagonal"}}, ".")
+    with pytest.raises(ConfigError, match="sampler.integrator"):
+        config_from_dict({"sampler": {"kind": kind, "integrator": "yoshida"}}, ".")
+    other = {"desired_energy_var": 1e-3} if kind == "mams" else {"target_accept_prob": 0.9}
+    with pytest.raises(ConfigError, match=f"sampler.{next(iter(other))}: only used when"):
+        config_from_dict({"sampler": {"kind": kind, **other}}, ".")
+    with pytest.raises(ConfigError, match="sampler.trajectory_length: only used when"):
+        config_from_dict({"sampler": {"kind": "hmc", "trajectory_length": 2.0}}, ".")
+
+
 def test_kind_dependent_likelihood_and_power_defaults(files: Path) -> None:
     poisson = config_from_dict({"model": {"likelihood": {"kind": "lognormal_poisson"}}}, files)
     assert poisson.model.likelihood.nbar == 2.0 and poisson.model.likelihood.sigma is None

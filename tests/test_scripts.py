@@ -43,3 +43,22 @@ def test_compare_wiener_refuses_poisson(tmp_path):
         _load("compare_wiener").main(
             [str(ROOT / "configs" / "lognormal_poisson_64.yaml"), "--out", str(tmp_path / "run")]
         )
+
+
+@pytest.mark.slow
+def test_microcanonical_benchmark_runs_on_a_tiny_grid(monkeypatch):
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench))  # it imports sampling.py
+    spec = importlib.util.spec_from_file_location("microcanonical", bench / "microcanonical.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    small = ["--burnin", "10", "--results", "10", "--burnin-mclmc", "30", "--results-mclmc", "20"]
+    small += ["--burnin-mams", "30", "--results-mams", "10", "--max-depth", "4", "--leapfrog", "4"]
+    out = module.main(["--grid", "8", "--chains", "2", "--bias-coordinates", "8", *small])
+    assert set(out) == {"none", "slab"}
+    for rows in out.values():
+        assert set(rows) == {"mclmc", "mams", "fieldnuts", "hmc"}
+        for r in rows.values():
+            assert r["grads"] > 0 and r["warmup_grads"] > 0 and r["min_ess"] > 0
+            assert r["b2"] == r["b2"]  # not NaN

@@ -197,3 +197,28 @@ def test_tensorboard_scalars_are_written(tmp_path):
     assert _run(ROOT / "configs" / "quickstart.yaml", out, "outputs.tensorboard=true") == 0
     events = list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 100
+
+
+@pytest.mark.parametrize("kind", ["mclmc", pytest.param("mams", marks=pytest.mark.slow)])
+def test_microcanonical_run_states_what_it_is(kind, tmp_path):
+    """summary.json says whether the kernel is adjusted, its bias tolerance, the tuned
+    values and their cost; the health check reports Var[dE]/d, not acceptance/E-BFMI."""
+    out = tmp_path / "run"
+    extra = [f"sampler.kind={kind}", "sampler.num_leapfrog_steps=null"]
+    extra += ["sampler.jitter_leapfrog=null", "sampler.num_burnin_steps=30"]
+    assert _run(ROOT / "configs" / "quickstart.yaml", out, *extra) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    meta = summary["metadata"]
+    assert meta["sampler"] == kind and meta["adjusted"] is (kind == "mams")
+    assert meta["bias_tolerance"] == (5e-4 if kind == "mclmc" else None)
+    tuned = meta["tuning"]["tuned"]
+    assert tuned["dimension"] == 512 and tuned["step_size"] > 0 and tuned["trajectory_length"] > 0
+    assert meta["tuning"]["warmup_gradient_evaluations"] > 0
+    sampler = summary["sampler"]
+    assert sampler["ebfmi"] is None
+    assert (sampler["acceptance"] is None) == (kind == "mclmc")
+    energy = sampler["energy_error_var_per_dim"]
+    assert len(energy["per_chain"]) == 2 and all(v >= 0 for v in energy["per_chain"])
+    report = (out / "report.txt").read_text()
+    assert ("UNADJUSTED" in report) == (kind == "mclmc")
+    assert "Var[dE]/d" in report

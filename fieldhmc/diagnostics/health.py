@@ -38,7 +38,7 @@ def _suggest_target(target: float) -> float:
     return round(min(0.99, 1.0 - (1.0 - target) / 2.0), 3)
 
 
-def _check_divergences(diverging: np.ndarray, target_accept_prob: float) -> Check:
+def _check_divergences(diverging: np.ndarray, target_accept_prob: float | None) -> Check:
     div = diverging.astype(bool)
     per_chain = div.sum(axis=1)
     info = {
@@ -46,11 +46,14 @@ def _check_divergences(diverging: np.ndarray, target_accept_prob: float) -> Chec
         "per_chain": [int(v) for v in per_chain],
         "iterations": [[int(i) for i in np.flatnonzero(row)] for row in div],
     }
-    suggestion = _suggest_target(target_accept_prob)
+    remedy = (
+        "a smaller desired_energy_var (smaller steps)"
+        if target_accept_prob is None
+        else f"target_accept_prob {_suggest_target(target_accept_prob):g} (smaller steps)"
+    )
     warnings = [
         f"{_plural(int(count), 'divergent transition')} after warm-up in chain {chain} — "
-        f"consider target_accept_prob {suggestion:g} (smaller steps) or reparametrising; "
-        "divergent draws may be biased"
+        f"consider {remedy} or reparametrising; divergent draws may be biased"
         for chain, count in enumerate(per_chain)
         if count
     ]
@@ -156,6 +159,27 @@ def _check_tree_depth(
     ]
 
 
+def _check_energy_error(
+    error: np.ndarray, dimension: int, desired_energy_var: float | None
+) -> Check:
+    var = np.nanmean(np.square(error.astype(float)), axis=1) / dimension
+    info = {
+        "per_chain": [float(v) for v in var],
+        "mean": float(np.mean(var)),
+        "desired": None if desired_energy_var is None else float(desired_energy_var),
+    }
+    if desired_energy_var is None:
+        return info, []
+    return info, [
+        f"energy-error variance per dimension {value:.2g} in chain {chain} is more than "
+        f"twice the bias tolerance {desired_energy_var:g} the step size was tuned to — the "
+        "unadjusted sampler's bias may exceed it; use a longer warm-up or a smaller "
+        "desired_energy_var"
+        for chain, value in enumerate(var)
+        if value > 2.0 * desired_energy_var
+    ]
+
+
 def _gradient_evals(n_steps: np.ndarray) -> dict[str, Any]:
     steps = n_steps.astype(float)
     per_chain = steps.sum(axis=1)
@@ -168,11 +192,13 @@ def _gradient_evals(n_steps: np.ndarray) -> dict[str, Any]:
 
 def sampler_health(
     sample_stats: Mapping[str, ArrayLike],
-    target_accept_prob: float,
+    target_accept_prob: float | None,
     max_tree_depth: int | None = None,
     *,
     ebfmi_threshold: float = EBFMI_THRESHOLD,
     acceptance_tolerance: float = 0.1,
+    dimension: int | None = None,
+    desired_energy_var: float | None = None,
 ) -> dict[str, Any]:
     """HMC/NUTS health checks in Stan's conventions, with plain-language warnings.
 
@@ -183,8 +209,9 @@ def sampler_health(
         ``energy`` (Hamiltonian :math:`H`, Stan sign), ``step_size``, ``n_steps``
         (leapfrog steps = gradient evaluations per iteration), and for NUTS ``tree_depth``
         (or ``reach_max_depth``, bool). Missing keys skip the corresponding check.
-    target_accept_prob : float
-        Target of the step-size adaptation.
+    target_accept_prob : float or None
+        Target of the step-size adaptation; None for kernels without a Metropolis
+        test (MCLMC), whose acceptance check is skipped.
     max_tree_depth : int, optional
         NUTS maximum tree depth; transitions with ``tree_depth >= max_tree_depth`` are
         saturated (the trajectory was cut short).
@@ -192,6 +219,15 @@ def sampler_health(
         Chains with E-BFMI below this are flagged [2]_.
     acceptance_tolerance : float, default 0.1
         Flag chains whose mean acceptance differs from the target by more than this.
+    dimension : int, optional
+        Number of sampled coordinates per chain: with an ``energy_error`` statistic
+        (:math:`\\Delta E` per transition) gives the energy-error variance per dimension
+        :math:`\\overline{\\Delta E^2}/d` per chain (``energy_error_var_per_dim``), the
+        health measure of the microcanonical kernels, for which acceptance (MCLMC) and
+        E-BFMI (both) do not apply [3]_.
+    desired_energy_var : float, optional
+        MCLMC's bias tolerance (the value its step size was tuned to); chains more than
+        twice above it are flagged.
 
     Returns
     -------
@@ -202,13 +238,15 @@ def sampler_health(
         ``step_size`` ``{"per_chain", "min", "max", "is_constant"}``,
         ``tree_depth`` ``{"max_tree_depth", "mean_per_chain", "max_observed",
         "num_saturated_per_chain", "fraction_saturated"}``,
-        ``gradient_evals`` ``{"total", "per_chain", "mean_per_draw"}``, ``stuck_chains``
+        ``gradient_evals`` ``{"total", "per_chain", "mean_per_draw"}``,
+        ``energy_error_var_per_dim`` ``{"per_chain", "mean", "desired"}``, ``stuck_chains``
         (chains with mean acceptance below :data:`STUCK_ACCEPTANCE`: not samples), and
         ``warnings`` (list of str). Absent inputs give None entries.
 
     References
     ----------
     .. [2] Betancourt, arXiv:1604.00695.
+    .. [3] Robnik, Cohn-Gordon & Seljak, arXiv:2412.08876.
     """
     arrays = {key: np.asarray(value) for key, value in sample_stats.items()}
     shapes = {a.shape for a in arrays.values()}
@@ -218,9 +256,10 @@ def sampler_health(
     checks: dict[str, Check] = {}
     if "diverging" in arrays:
         checks["divergences"] = _check_divergences(arrays["diverging"], target_accept_prob)
-    if "energy" in arrays and n >= 2:
+    if "energy" in arrays and n >= 2 and np.isfinite(arrays["energy"]).all():
         checks["ebfmi"] = _check_ebfmi(arrays["energy"], ebfmi_threshold)
-    if "acceptance_rate" in arrays:
+    has_accept = "acceptance_rate" in arrays and np.isfinite(arrays["acceptance_rate"]).all()
+    if has_accept and target_accept_prob is not None:
         checks["acceptance"] = _check_acceptance(
             arrays["acceptance_rate"], target_accept_prob, acceptance_tolerance
         )
@@ -230,11 +269,17 @@ def sampler_health(
         checks["tree_depth"] = _check_tree_depth(
             arrays.get("tree_depth"), arrays.get("reach_max_depth"), max_tree_depth
         )
+    error = arrays.get("energy_error")
+    if error is not None and dimension and np.isfinite(error).any():
+        checks["energy_error_var_per_dim"] = _check_energy_error(
+            error, dimension, desired_energy_var
+        )
     if "n_steps" in arrays:
         checks["gradient_evals"] = (_gradient_evals(arrays["n_steps"]), [])
     out: dict[str, Any] = {"num_chains": c, "num_draws": n}
-    out["target_accept_prob"] = float(target_accept_prob)
-    for key in ("divergences", "ebfmi", "acceptance", "step_size", "tree_depth", "gradient_evals"):
+    out["target_accept_prob"] = None if target_accept_prob is None else float(target_accept_prob)
+    keys = ("divergences", "ebfmi", "acceptance", "step_size", "tree_depth", "gradient_evals")
+    for key in (*keys, "energy_error_var_per_dim"):
         out[key] = checks[key][0] if key in checks else None
     acceptance = out["acceptance"]
     out["stuck_chains"] = acceptance["stuck"] if acceptance else []

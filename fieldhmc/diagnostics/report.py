@@ -89,7 +89,39 @@ def _sampler_lines(sampler: Mapping[str, Any]) -> Lines:
     }
     rows = [[str(i)] + [values[i] for values in columns.values()] for i in range(c)]
     lines = ["", "Sampler health"] + _table(["chain", *columns], rows)
-    lines.append(f"target_accept_prob {sampler['target_accept_prob']:.2f}")
+    target = sampler["target_accept_prob"]
+    lines.append(
+        "no Metropolis test (unadjusted): acceptance does not apply"
+        if target is None
+        else f"target_accept_prob {target:.2f}"
+    )
+    energy = sampler.get("energy_error_var_per_dim")
+    if energy is not None:
+        desired = energy["desired"]
+        lines.append(
+            "energy-error variance per dimension (Var[dE]/d) per chain: "
+            + ", ".join(_fmt(v, ".2g") for v in energy["per_chain"])
+            + ("" if desired is None else f" (bias tolerance tuned to {desired:g})")
+        )
+    return lines
+
+
+def _tuning_lines(metadata: Mapping[str, Any]) -> Lines:
+    """The microcanonical kernels' own statement: unadjusted or not, and what was tuned."""
+    lines = []
+    if metadata.get("adjusted") is False:
+        lines.append(
+            f"{metadata.get('sampler')} is UNADJUSTED (no Metropolis test): its draws are "
+            "biased by design; step size tuned to the bias tolerance Var[dE]/d = "
+            f"{metadata.get('bias_tolerance')}"
+        )
+    tuning = metadata.get("tuning")
+    if tuning:
+        lines.append(
+            "tuned: "
+            + ", ".join(f"{k} {_fmt(v, '.4g')}" for k, v in tuning["tuned"].items())
+            + f"; warm-up gradient evaluations {tuning['warmup_gradient_evaluations']}"
+        )
     return lines
 
 
@@ -243,6 +275,7 @@ def format_report(summary: Mapping[str, Any]) -> str:
         lines += _scalar_lines(summary["scalars"])
     if summary.get("sampler"):
         lines += _sampler_lines(summary["sampler"])
+    lines += _tuning_lines(summary.get("metadata") or {})
     if summary.get("efficiency"):
         lines += _efficiency_lines(summary["efficiency"])
     sections = (("field", _field_lines), ("truth", _truth_lines), ("wiener", _wiener_lines))

@@ -259,8 +259,10 @@ def build_summary(
     *,
     posterior: Mapping[str, ArrayLike] | None = None,
     sample_stats: Mapping[str, ArrayLike] | None = None,
-    target_accept_prob: float = 0.8,
+    target_accept_prob: float | None = 0.8,
     max_tree_depth: int | None = None,
+    dimension: int | None = None,
+    desired_energy_var: float | None = None,
     field: Mapping[str, Any] | None = None,
     truth: Mapping[str, Any] | None = None,
     wiener: Mapping[str, Any] | None = None,
@@ -282,6 +284,8 @@ def build_summary(
     target_accept_prob : float, default 0.8
     max_tree_depth : int, optional
         NUTS only.
+    dimension, desired_energy_var : optional
+        Microcanonical kernels: see :func:`sampler_health`.
     field : mapping, optional
         Output of :func:`field_convergence` / :func:`mode_convergence`.
     truth : mapping, optional
@@ -316,7 +320,13 @@ def build_summary(
     warnings: list[str] = []
     sampler = None
     if sample_stats is not None:
-        sampler = sampler_health(sample_stats, target_accept_prob, max_tree_depth)
+        sampler = sampler_health(
+            sample_stats,
+            target_accept_prob,
+            max_tree_depth,
+            dimension=dimension,
+            desired_energy_var=desired_energy_var,
+        )
         warnings += sampler["warnings"]
     scalars = summarize_scalars(scalar_inputs, method=scalars_method) if scalar_inputs else {}
     warnings += _scalar_warnings(scalars, num_chains, rhat_threshold, min_ess_per_chain)

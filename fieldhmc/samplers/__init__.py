@@ -1,4 +1,4 @@
-"""Kernel builders, the compiled chunked driver, checkpoints and streaming storage."""
+"""Kernel builders (HMC, NUTS, MCLMC, MAMS), the chunked driver, checkpoints, storage."""
 
 from fieldhmc.samplers.driver import (
     FieldOutputs,
@@ -9,6 +9,7 @@ from fieldhmc.samplers.driver import (
     stateless_seed,
 )
 from fieldhmc.samplers.kernels import KINDS, build_kernel, default_target_accept_prob, whiten
+from fieldhmc.samplers.mclmc import MetropolisAdjustedMicrocanonical, MicrocanonicalLangevin
 from fieldhmc.samplers.storage import H5TraceSink, MemorySink, read_fields, read_traces
 
 __all__ = [
@@ -16,6 +17,8 @@ __all__ = [
     "FieldOutputs",
     "H5TraceSink",
     "MemorySink",
+    "MetropolisAdjustedMicrocanonical",
+    "MicrocanonicalLangevin",
     "Sampler",
     "SamplerSettings",
     "TraceSink",

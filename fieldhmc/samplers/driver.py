@@ -39,6 +39,7 @@ from tensorflow.compiler.tf2xla.python import xla
 from fieldhmc.samplers.checkpoint import load_checkpoint, save_checkpoint
 from fieldhmc.samplers.kernels import (
     KINDS,
+    MICROCANONICAL_KINDS,
     build_kernel,
     shift_target_log_prob,
     step_stats,
@@ -54,6 +55,7 @@ __all__ = [
     "TraceSink",
     "adaptation_windows",
     "stateless_seed",
+    "tuned_parameters",
 ]
 
 _log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ STAT_NAMES = (
     "step_size",
     "n_steps",
     "tree_depth",
+    "energy_error",
 )
 
 
@@ -84,6 +87,9 @@ class SamplerSettings:
     target_accept_prob: float | None = None
     step_size: float = 0.1
     step_size_jitter: float = 0.0
+    trajectory_length: float = 1.0  # mclmc / mams: initial L / sqrt(d)
+    desired_energy_var: float = 5e-4  # mclmc: bias tolerance Var[dE]/d
+    integrator: str = "minimal_norm"  # mclmc / mams
     adapt_diagonal: bool = False
     chunk_size: int = 50
     thin: int = 1
@@ -100,11 +106,14 @@ class SamplerSettings:
             raise ValueError(f"num_burnin_steps must be >= 0, got {self.num_burnin_steps}")
         if self.kind in ("chees", "snaper") and self.num_chains < 2:
             raise ValueError(f"{self.kind} adapts across chains: num_chains must be >= 2")
-        if self.kind in ("chees", "snaper") and self.adapt_diagonal:
+        if self.kind in ("chees", "snaper", "mclmc", "mams") and self.adapt_diagonal:
             raise ValueError(
                 f"the windowed diagonal preconditioner does not combine with {self.kind}'s own"
                 " adaptation: use the identity, prior or posterior preconditioner"
             )
+        for name in ("trajectory_length", "desired_energy_var"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
     @property
     def num_steps(self) -> int:
@@ -221,6 +230,7 @@ class _RunState:
     num_draws_written: int = 0
     num_fields_written: int = 0
     gradient_evaluations: int = 0
+    warmup_gradient_evaluations: int = 0
     sampling_seconds: float = 0.0  # this process only (not checkpointed)
     sampling_gradients: int = 0
 
@@ -275,6 +285,10 @@ class Sampler:
             jitter_leapfrog=s.jitter_leapfrog,
             max_tree_depth=s.max_tree_depth,
             step_size_jitter=s.step_size_jitter,
+            dimension=sum(math.prod(sc.shape) for sc in scales),
+            trajectory_length=s.trajectory_length,
+            desired_energy_var=s.desired_energy_var,
+            integrator=s.integrator,
         )
 
     def _lp64_impl(self, x_parts):
@@ -360,6 +374,7 @@ class Sampler:
                 "step_size": st.step_size,
                 "n_steps": st.n_steps,
                 "tree_depth": st.tree_depth,
+                "energy_error": st.energy_error,
             }
             x = [ui * sc for ui, sc in zip(u, scales, strict=True)]
             for j in scalar_idx:
@@ -495,6 +510,7 @@ class Sampler:
             "num_draws_written": rs.num_draws_written,
             "num_fields_written": rs.num_fields_written,
             "gradient_evaluations": rs.gradient_evaluations,
+            "warmup_gradient_evaluations": rs.warmup_gradient_evaluations,
             "settings": self.settings.__dict__,
         }
         save_checkpoint(directory, arrays, meta)
@@ -526,6 +542,7 @@ class Sampler:
             num_draws_written=meta["num_draws_written"],
             num_fields_written=meta["num_fields_written"],
             gradient_evaluations=meta["gradient_evaluations"],
+            warmup_gradient_evaluations=meta.get("warmup_gradient_evaluations", 0),
         )
 
     def _update_metric(self, rs: _RunState) -> None:
@@ -657,6 +674,8 @@ class Sampler:
                 # Batched evaluations: all chains step until the longest trajectory ends.
                 rs.sampling_gradients += int(traces["n_steps"].max(axis=1).sum())
             rs.gradient_evaluations += int(traces["n_steps"].sum())  # summed over chains
+            if rs.step < s.num_burnin_steps:  # chunks never straddle the end of warm-up
+                rs.warmup_gradient_evaluations += int(traces["n_steps"].sum())
             self._emit(sink, rs, traces, field_buf, int(nfields), stop)
             rs.x = [
                 (ui * sc).numpy()
@@ -710,7 +729,33 @@ class Sampler:
             "num_draws": rs.num_draws_written,
             "sampling_seconds": rs.sampling_seconds,
             "sampling_batched_gradients": rs.sampling_gradients,
+            "warmup_gradient_evaluations": rs.warmup_gradient_evaluations,
+            "tuned": tuned_parameters(self.settings.kind, rs.results, rs.scales),
         }
+
+
+def tuned_parameters(kind: str, results, scales) -> dict:
+    """The adapted step size (and, for mclmc / mams, ``L``) held in the kernel results.
+
+    ``step_size`` is in the units of :func:`fieldhmc.samplers.build_kernel` (for the
+    microcanonical kinds :math:`\\epsilon / \\sqrt d`, with the absolute BlackJAX-unit
+    values alongside).
+    """
+    if kind in MICROCANONICAL_KINDS:
+        dim = sum(int(np.prod(np.shape(sc))) for sc in scales)
+        eps = float(np.asarray(results.step_size))
+        length = float(np.asarray(results.trajectory_length))
+        return {
+            "step_size": eps / math.sqrt(dim),
+            "trajectory_length": length / math.sqrt(dim),
+            "step_size_absolute": eps,
+            "trajectory_length_absolute": length,
+            "dimension": dim,
+            "mean_integration_steps": max(length / eps, 1.0) if kind == "mams" else 1.0,
+        }
+    step = results.new_step_size
+    step = step[0] if isinstance(step, (list, tuple)) else step
+    return {"step_size": float(np.mean(np.asarray(step)))}
 
 
 def _zero_welford(shapes: Sequence[tuple]) -> list[np.ndarray]:

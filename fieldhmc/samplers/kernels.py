@@ -1,4 +1,4 @@
-"""Kernel builders: HMC, NUTS, ChEES, our NUTS, each with step-size adaptation.
+"""Kernel builders: HMC, NUTS, ChEES, our NUTS with step-size adaptation; MCLMC, MAMS.
 
 Preconditioning is done by *whitening*, not by a momentum distribution: the
 kernel runs on :math:`u = x / s` with the per-coordinate scale :math:`s = M^{-1/2}`
@@ -15,6 +15,7 @@ keeps ``momentum_distribution`` outside ``self._parameters``, so wrapping it in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -31,13 +32,17 @@ __all__ = [
     "whiten",
 ]
 
-KINDS = ("hmc", "nuts", "fieldnuts", "chees", "snaper")
+KINDS = ("hmc", "nuts", "fieldnuts", "chees", "snaper", "mclmc", "mams")
 NUTS_KINDS = ("nuts", "fieldnuts")
+MICROCANONICAL_KINDS = ("mclmc", "mams")  # self-tuning (fieldhmc.samplers.mclmc)
+UNADJUSTED_KINDS = ("mclmc",)  # no Metropolis test: biased by design
 MAX_ENERGY_ERROR = 1000.0  # Stan's divergence threshold on the energy error
 
 
 def default_target_accept_prob(kind: str) -> float:
-    """0.8 for NUTS kinds (Stan), 0.65 for fixed-length HMC kinds."""
+    """0.8 for NUTS kinds (Stan), 0.9 for MAMS (arXiv:2503.01707), 0.65 for HMC kinds."""
+    if kind == "mams":
+        return 0.9
     return 0.8 if kind in NUTS_KINDS else 0.65
 
 
@@ -113,12 +118,19 @@ def build_kernel(
     jitter_leapfrog: bool = False,
     max_tree_depth: int = 10,
     step_size_jitter: float = 0.0,
+    dimension: int | None = None,
+    trajectory_length: float = 1.0,
+    desired_energy_var: float = 5e-4,
+    integrator: str = "minimal_norm",
 ) -> tfp.mcmc.TransitionKernel:
     """Build ``DualAveragingStepSizeAdaptation(kernel)`` for a whitened target.
 
+    The microcanonical kinds tune themselves instead (no wrapper, see
+    :mod:`fieldhmc.samplers.mclmc`).
+
     Parameters
     ----------
-    kind : {"hmc", "nuts", "fieldnuts", "chees"}
+    kind : {"hmc", "nuts", "fieldnuts", "chees", "snaper", "mclmc", "mams"}
         ``hmc``: TFP HMC (fixed or jittered length). ``nuts``: TFP's NUTS (which
         has the pre-2019 U-turn check, see issue #7). ``fieldnuts``: our NUTS with
         Stan's corrected criterion. ``chees``: TFP's ChEES trajectory-length
@@ -133,11 +145,40 @@ def build_kernel(
         freeze.
     target_accept_prob : float, optional
         Dual-averaging target; default :func:`default_target_accept_prob`.
+    dimension : int, optional
+        Total number of whitened coordinates per chain; required by ``mclmc`` and
+        ``mams``, whose initial step size and decoherence length are
+        ``step_size * sqrt(dimension)`` and ``trajectory_length * sqrt(dimension)``
+        (so that ``step_size`` reads like an HMC step: a step moves the whitened
+        state by about ``step_size * sqrt(d)`` in both).
+    trajectory_length, desired_energy_var, integrator
+        ``mclmc`` / ``mams`` only: initial :math:`L / \\sqrt d`; MCLMC's bias
+        tolerance (energy-error variance per dimension); ``"minimal_norm"`` or
+        ``"leapfrog"``.
     """
     if kind not in KINDS:
         raise ValueError(f"sampler kind must be one of {KINDS}, got {kind!r}")
     if target_accept_prob is None:
         target_accept_prob = default_target_accept_prob(kind)
+    if kind in MICROCANONICAL_KINDS:
+        from fieldhmc.samplers.mclmc import (
+            MetropolisAdjustedMicrocanonical,
+            MicrocanonicalLangevin,
+        )
+
+        if dimension is None:
+            raise ValueError(f"sampler kind {kind!r} needs the state's dimension")
+        cls = MicrocanonicalLangevin if kind == "mclmc" else MetropolisAdjustedMicrocanonical
+        root_d = math.sqrt(dimension)
+        return cls(
+            target_log_prob_fn,
+            step_size=step_size * root_d,
+            trajectory_length=trajectory_length * root_d,
+            num_adaptation_steps=num_adaptation_steps,
+            integrator=integrator,
+            desired_energy_var=desired_energy_var,
+            target_accept_prob=target_accept_prob,
+        )
     if kind == "hmc":
         cls = JitteredHamiltonianMonteCarlo if jitter_leapfrog else tfp.mcmc.HamiltonianMonteCarlo
         kwargs = {} if jitter_leapfrog else {"store_parameters_in_results": True}
@@ -193,6 +234,7 @@ class StepStats(NamedTuple):
     step_size: tf.Tensor
     n_steps: tf.Tensor  # gradient evaluations this step
     tree_depth: tf.Tensor  # 0 for fixed-length kinds
+    energy_error: tf.Tensor  # H(end) - H(start) of the proposal; NaN for the NUTS kinds
 
 
 def _kinetic(momentum_parts) -> tf.Tensor:
@@ -210,6 +252,8 @@ def step_stats(kind: str, results, previous_target_log_prob: tf.Tensor) -> StepS
     energy is approximate (and so is its E-BFMI). Divergence for the HMC kinds is an
     energy error above :data:`MAX_ENERGY_ERROR` (Stan's rule) or a non-finite ratio.
     """
+    if kind in MICROCANONICAL_KINDS:
+        return _microcanonical_stats(kind, results)
     inner = results.inner_results
     step_size = results.new_step_size
     if isinstance(step_size, (list, tuple)):
@@ -243,6 +287,7 @@ def step_stats(kind: str, results, previous_target_log_prob: tf.Tensor) -> StepS
             step_size=tf.broadcast_to(tf.cast(step_size, lp.dtype), [chains]),
             n_steps=tf.broadcast_to(n_steps, [chains]),
             tree_depth=tf.broadcast_to(depth, [chains]),
+            energy_error=tf.fill([chains], tf.constant(float("nan"), lp.dtype)),
         )
     mh = _metropolis_results(results)
     lp = mh.accepted_results.target_log_prob
@@ -264,11 +309,42 @@ def step_stats(kind: str, results, previous_target_log_prob: tf.Tensor) -> StepS
         step_size=tf.broadcast_to(tf.cast(step_size, lp.dtype), [chains]),
         n_steps=tf.broadcast_to(n_steps, [chains]),
         tree_depth=tf.zeros([chains], tf.int32),
+        energy_error=-lar,
+    )
+
+
+def _microcanonical_stats(kind: str, results) -> StepStats:
+    """MCLMC / MAMS: acceptance only for MAMS (NaN for MCLMC), no Hamiltonian energy.
+
+    The step size is reported as :math:`\\epsilon / \\sqrt d` (see :func:`build_kernel`);
+    ``energy`` is NaN (E-BFMI does not apply to isokinetic dynamics).
+    """
+    lp = results.target_log_prob
+    chains = tf.shape(lp)[0]
+    dim = sum(math.prod(g.shape[1:]) for g in results.grads_target_log_prob)
+    nan = tf.fill([chains], tf.constant(float("nan"), lp.dtype))
+    if kind == "mams":
+        accept = tf.exp(tf.minimum(results.log_accept_ratio, 0.0))
+    else:
+        accept = nan
+    n_steps = results.num_gradient_evaluations
+    return StepStats(
+        target_log_prob=lp,
+        acceptance_rate=accept,
+        is_accepted=results.is_accepted,
+        diverging=results.is_divergent,
+        energy=nan,
+        step_size=tf.fill([chains], results.step_size / math.sqrt(dim)),
+        n_steps=tf.broadcast_to(n_steps, [chains]),
+        tree_depth=tf.zeros([chains], tf.int32),
+        energy_error=results.energy_change,
     )
 
 
 def target_log_prob_of(kind: str, results) -> tf.Tensor:
     """The current (shifted) target log prob held in the kernel results."""
+    if kind in MICROCANONICAL_KINDS:
+        return results.target_log_prob
     inner = results.inner_results
     if kind in NUTS_KINDS:
         return inner.target_log_prob

@@ -30,22 +30,36 @@ GRID = models.Grid((8, 8, 8), 100.0)
 POWER = models.PowerLaw(1000.0, -1.5, 0.1)
 
 
-@pytest.fixture(scope="module", params=["unmasked", "masked"])
-def problem(request):
-    mask = None if request.param == "unmasked" else models.make_mask(GRID, "slab", 0.25, seed=3)
-    model = models.GaussianFieldModel(GRID, POWER, sigma=2.0, mask=mask, dtype=tf.float64)
+def _problem(masked: bool, grid=GRID):
+    mask = models.make_mask(grid, "slab", 0.25, seed=3) if masked else None
+    model = models.GaussianFieldModel(grid, POWER, sigma=2.0, mask=mask, dtype=tf.float64)
     data = np.asarray(model.sample(seed=stateless_seed(7))["data"])
     dense = models.dense_posterior(model, data)
-    return request.param, model, data, dense
+    return model, data, dense
+
+
+@pytest.fixture(scope="module", params=["unmasked", "masked"])
+def problem(request):
+    return (request.param, *_problem(request.param == "masked"))
 
 
 def _scales(model, data, preconditioner):
     if preconditioner == "posterior":
         return [1.0 / np.sqrt(model.posterior_precision_diag(data))]
-    return [np.ones(GRID.grid_shape)]
+    return [np.ones(model.grid.grid_shape)]
 
 
-def _sample(model, data, kind, preconditioner, num_chains=4, num_results=400, **kw):
+def _sample(
+    model,
+    data,
+    kind,
+    preconditioner,
+    num_chains=4,
+    num_results=400,
+    seed_offset=0,
+    field_thin=1,
+    **kw,
+):
     settings = SamplerSettings(
         kind=kind,
         num_chains=num_chains,
@@ -56,8 +70,8 @@ def _sample(model, data, kind, preconditioner, num_chains=4, num_results=400, **
         max_tree_depth=7,
         adapt_diagonal=preconditioner == "diagonal",
         chunk_size=150,
-        field_thin=1,
-        seed=11,
+        field_thin=field_thin,
+        seed=11 + seed_offset,
         **kw,
     )
     outputs = FieldOutputs(
@@ -98,7 +112,13 @@ def _looks_standard_normal(z) -> tuple[bool, str]:
 
 @pytest.mark.parametrize(
     ("kind", "preconditioner"),
-    [("hmc", "posterior"), ("hmc", "diagonal"), ("nuts", "posterior"), ("nuts", "identity")],
+    [
+        ("hmc", "posterior"),
+        ("hmc", "diagonal"),
+        ("nuts", "posterior"),
+        ("nuts", "identity"),
+        ("mams", "posterior"),
+    ],
 )
 def test_every_mode_matches_the_analytic_posterior(problem, kind, preconditioner):
     name, model, data, dense = problem
@@ -120,7 +140,7 @@ def test_the_z_test_has_power(problem):
     assert ok, msg
 
 
-@pytest.mark.parametrize("kind", ["hmc", "nuts"])
+@pytest.mark.parametrize("kind", ["hmc", "nuts", pytest.param("mams", marks=pytest.mark.slow)])
 def test_target_conservation_from_exact_draws(problem, kind):
     """Exact posterior draws -> one transition -> still the posterior.
 
@@ -130,7 +150,14 @@ def test_target_conservation_from_exact_draws(problem, kind):
     E[sum z_var^2] ~ 512 (1 + 0.21^2 * 512/2) -- rejected with near certainty.
     """
     _, model, data, dense = problem
-    n = 512
+    after, start, _ = _from_exact_draws(model, data, dense, kind, step_size=0.3, num_results=1)
+    assert not np.allclose(after, start)  # it moved
+    ok, msg = _looks_standard_normal(_exact_zscores(after, dense))
+    assert ok, msg
+
+
+def _from_exact_draws(model, data, dense, kind, step_size, num_results, n=512):
+    """``n`` chains started at exact posterior draws, ``num_results`` steps, no warm-up."""
     chol = np.linalg.cholesky(dense.covariance)
     rng = np.random.default_rng(5)
     start = dense.mean.reshape(-1) + rng.standard_normal((n, chol.shape[0])) @ chol.T
@@ -138,11 +165,11 @@ def test_target_conservation_from_exact_draws(problem, kind):
         kind=kind,
         num_chains=n,
         num_burnin_steps=0,
-        num_results=1,
+        num_results=num_results,
         num_leapfrog_steps=10,
         max_tree_depth=6,
-        step_size=0.3,
-        chunk_size=1,
+        step_size=step_size,
+        chunk_size=num_results,
         field_thin=1,
         seed=2,
     )
@@ -158,11 +185,102 @@ def test_target_conservation_from_exact_draws(problem, kind):
     )
     sink = MemorySink()
     with tempfile.TemporaryDirectory() as d:
-        summary = sampler.run(sink, Path(d), [start.reshape(n, *GRID.grid_shape)], progress=False)
-    after = summary["latent_state"][0].reshape(n, -1)
-    assert not np.allclose(after, start)  # it moved
+        summary = sampler.run(
+            sink, Path(d), [start.reshape(n, *model.grid.grid_shape)], progress=False
+        )
+    return summary["latent_state"][0].reshape(n, -1), start, sink.stacked_traces()
+
+
+def _exact_zscores(after, dense):
+    """z-scores of every coordinate's mean and variance over independent chains."""
+    n = after.shape[0]
     mean, var = dense.mean.reshape(-1), np.diag(dense.covariance)
     z_mean = (after.mean(0) - mean) / np.sqrt(var / n)
     z_var = (((after - mean) ** 2).mean(0) - var) / (var * np.sqrt(2.0 / n))
-    ok, msg = _looks_standard_normal(np.concatenate([z_mean, z_var]))
-    assert ok, msg
+    return np.concatenate([z_mean, z_var])
+
+
+@pytest.fixture(scope="module")
+def unmasked():
+    return _problem(False)
+
+
+def test_unadjusted_and_adjusted_kinds_are_what_they_say(unmasked):
+    """mclmc must be unadjusted and mams adjusted; a swap or a silent fallback fails.
+
+    Both start from 512 exact posterior draws and take 20 transitions at the same large
+    fixed step (no tuning). The unadjusted kernel accepts every step and drifts to its
+    biased stationary law (variances detectably off); the adjusted one rejects some
+    proposals and keeps the posterior exactly.
+    """
+    model, data, dense = unmasked
+    step = 1.5  # eps / sqrt(d), about 2x the step MCLMC tunes to at Var[dE]/d = 5e-4
+    after, _, traces = _from_exact_draws(model, data, dense, "mclmc", step, 20)
+    assert traces["is_accepted"].all()
+    assert np.isnan(traces["acceptance_rate"]).all()  # not a Metropolis kernel
+    ok, msg = _looks_standard_normal(_exact_zscores(after, dense))
+    assert not ok, f"mclmc kept the exact posterior at a large step: adjusted? {msg}"
+    after, _, traces = _from_exact_draws(model, data, dense, "mams", step, 20)
+    assert 0.0 < traces["is_accepted"].mean() < 0.99, traces["is_accepted"].mean()
+    ok, msg = _looks_standard_normal(_exact_zscores(after, dense))
+    assert ok, f"mams left the posterior: unadjusted? {msg}"
+
+
+def mclmc_bias(model, data, mean, var, desired_energy_var, num_results=2000, field_thin=1):
+    """Squared bias of the posterior variances under tuned MCLMC, MC noise removed.
+
+    .. math:: b^2 = \\frac{1}{d} \\sum_i \\frac{(\\hat{\\mathrm E}[(x_i - \\mu_i)^2]
+        - \\sigma_i^2)^2}{\\mathrm{Var}[(x_i - \\mu_i)^2]}
+
+    (:math:`\\mathrm{Var}[(x_i - \\mu_i)^2] = 2\\sigma_i^4`), the bias measure of
+    arXiv:2412.08876, which bounds it by the energy-error variance per dimension the
+    tuner is given. The expected Monte Carlo part, the mean of :math:`1/\\mathrm{ESS}`
+    of :math:`(x_i - \\mu_i)^2`, is subtracted. Returns ``(b2, its standard error,
+    mean relative variance error)``.
+    """
+    draws = _sample(
+        model,
+        data,
+        "mclmc",
+        "posterior",
+        num_results=num_results,
+        desired_energy_var=desired_energy_var,
+        field_thin=field_thin,
+    )
+    post = np.moveaxis(draws, 0, 1).reshape(draws.shape[1], draws.shape[0], -1)
+    del draws
+    sq = (post - mean.reshape(-1)) ** 2
+    rel = sq.mean(axis=(0, 1)) / var - 1.0
+    inv_ess = 1.0 / ess_bulk(sq)
+    terms = 0.5 * rel**2 - inv_ess
+    return float(np.mean(terms)), float(np.std(terms) / np.sqrt(terms.size)), float(rel.mean())
+
+
+@pytest.mark.parametrize("masked", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_mclmc_bias_is_within_its_tolerance_and_shrinks(masked):
+    """8³: b^2 <= the tuner's Var[dE]/d (1e-2 and 1e-3), and 1e-3 gives a smaller b^2."""
+    model, data, dense = _problem(masked)
+    exact = (dense.mean, np.diag(dense.covariance))
+    _check_bias_bound(*(mclmc_bias(model, data, *exact, tol) for tol in (1e-2, 1e-3)))
+
+
+@pytest.mark.slow
+def test_mclmc_bias_is_within_its_tolerance_and_shrinks_32():
+    """32³ unmasked (exact Fourier-diagonal posterior): the same bound, every 10th draw."""
+    grid = models.Grid((32, 32, 32), 400.0)
+    model = models.GaussianFieldModel(grid, POWER, sigma=2.0, dtype=tf.float64)
+    data = np.asarray(model.sample(seed=stateless_seed(7))["data"])
+    mean = models.wiener_posterior(model, data).mean_latent
+    var = 1.0 / model.posterior_precision_diag(data).reshape(-1)
+    _check_bias_bound(
+        *(mclmc_bias(model, data, mean, var, tol, field_thin=10) for tol in (1e-2, 1e-3))
+    )
+
+
+def _check_bias_bound(loose_result, tight_result):
+    (loose, loose_se, loose_rel), (tight, tight_se, tight_rel) = loose_result, tight_result
+    msg = f"b2 {loose:.2e}+-{loose_se:.1e} at 1e-2, {tight:.2e}+-{tight_se:.1e} at 1e-3"
+    assert loose < 1e-2 and tight < 1e-3, msg
+    assert loose - loose_se > 1e-3, msg  # the loose setting is measurably biased ...
+    assert tight + 2 * tight_se < 0.5 * (loose - 2 * loose_se), msg  # ... the tight one less
+    assert loose_rel < tight_rel < 0.0, (loose_rel, tight_rel)  # MCLMC shrinks variances

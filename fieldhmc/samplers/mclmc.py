@@ -1,0 +1,764 @@
+r"""Microcanonical samplers for TensorFlow: MCLMC (unadjusted) and MAMS (adjusted).
+
+Both kernels integrate the *isokinetic* (microcanonical) dynamics of [1, 2]: the
+velocity :math:`u` lives on the unit sphere :math:`|u| = 1` of the state's
+:math:`d` dimensions, the position moves as :math:`\dot x = u`, and the velocity
+turns toward the gradient :math:`g = \nabla \log \pi(x)` as
+
+.. math::
+
+    \dot u = \frac{1}{d - 1} (I - u u^\top)\, g .
+
+Its exact solution over a time :math:`\tau` with fixed :math:`g` (the velocity
+update of every integrator, ESH dynamics [3]) is, with :math:`e = g/|g|`,
+:math:`\delta = \tau |g| / (d - 1)`, :math:`\zeta = e^{-\delta}` and
+:math:`c = u \cdot e`,
+
+.. math::
+
+    u' \propto e\,(1 - \zeta)\,(1 + \zeta + c\,(1 - \zeta)) + 2 \zeta u ,
+    \qquad
+    \Delta K = (d - 1)\left[\delta - \log 2 + \log\!\big(1 + c + (1 - c)\zeta^2\big)\right],
+
+where :math:`\Delta K` is the change of the "kinetic energy" that makes
+:math:`-\log \pi(x) + K` the conserved energy of the flow [2]. The energy error of a
+step is :math:`\Delta E = \Delta K - \log \pi(x') + \log \pi(x)`.
+
+Integrators (``integrator``): ``"minimal_norm"`` (the 2nd-order minimal-norm /
+McLachlan / Omelyan scheme, velocity-position-velocity-position-velocity with
+:math:`\lambda = 0.1931833275037836`, two gradients per step; BlackJAX's
+default) and ``"leapfrog"`` (velocity Verlet, one gradient per step).
+
+`MicrocanonicalLangevin` (MCLMC [1], unadjusted)
+    One integrator step per transition followed by a partial velocity refresh
+    :math:`u \leftarrow (u + \nu z)/|u + \nu z|`, :math:`z \sim \mathcal N(0, I)`,
+    :math:`\nu = \sqrt{(e^{2 \epsilon / L} - 1)/d}`: Langevin noise with the
+    momentum decoherence length :math:`L`. No Metropolis test, so its stationary
+    distribution differs from :math:`\pi` by an asymptotic bias that grows with
+    :math:`\epsilon`. The tuner sets :math:`\epsilon` so that the energy-error
+    variance per dimension :math:`\mathrm{Var}[\Delta E]/d` equals
+    ``desired_energy_var``, which for Gaussian targets bounds the squared relative
+    error of the second moments [4]; ``L`` from the chain's autocorrelation.
+`MetropolisAdjustedMicrocanonical` (MAMS [5], exact)
+    Full velocity refresh, :math:`N` integrator steps with
+    :math:`N = \lceil U\, s \rceil`, :math:`U \sim \mathcal U(0, 1)`, where ``s`` makes
+    :math:`\mathbb E[N] = L / \epsilon` (BlackJAX's ``rescale``), then a Metropolis
+    test on :math:`e^{-\Delta E}`. The flow preserves :math:`\pi` together with the
+    uniform velocity up to the energy error, so the test makes the kernel exact.
+
+Automatic tuning
+----------------
+Both kernels tune themselves during their first ``num_adaptation_steps``
+transitions (the driver's warm-up), one step size and one ``L`` shared by all chains
+(statistics pooled over chains), following BlackJAX's
+``mclmc_find_L_and_step_size`` and ``adjusted_mclmc_find_L_and_step_size`` [6]:
+
+MCLMC, warm-up split into stages of fractions ``(0.4, 0.3, 0.3)``:
+
+1. step size from the energy error: each step contributes
+   :math:`\xi = \overline{\Delta E^2} / (d\,\mathrm{Var}_\mathrm{desired})` with weight
+   :math:`w = \exp(-\tfrac12 [\log \xi / (6 \cdot 1.5)]^2)` to exponentially decaying
+   averages (memory of 150 steps) of :math:`w\,\xi / \epsilon^6` and :math:`w`,
+   and :math:`\epsilon = (\overline{\xi/\epsilon^6})^{-1/6}` (the
+   :math:`\mathrm{Var}[\Delta E] \propto \epsilon^6` law); a non-finite step is
+   undone and caps :math:`\epsilon` at 0.8 times its value;
+2. the same, and step-size-weighted means of :math:`x` and :math:`x^2`;
+   :math:`L = \sqrt{\sum_i \mathrm{Var}[x_i]}` at the end;
+3. step size fixed; positions of a strided subset of at most 512 coordinates per
+   chain are kept, and :math:`L = 0.4\,\epsilon\,\bar\tau` from their mean
+   integrated autocorrelation time :math:`\bar\tau` (in steps; Geyer's initial
+   positive sequence, pooled over chains).
+
+MAMS, stages ``(0.3, 0.2, 0.2, 0.3)``: (1) dual averaging of the step size to
+``target_accept_prob`` (0.9 by default [5]; Nesterov's scheme as in Stan and
+BlackJAX) with :math:`L/\epsilon` fixed; (2) step size frozen at its averaged
+value, step-size-weighted moments of :math:`x`, then
+:math:`L \leftarrow L \cdot \min(2, 1.3 \sqrt{\sum_i \mathrm{Var}[x_i]} / L)` and
+:math:`\epsilon` scaled alike; (3) :math:`L \leftarrow \min(2 L,\ 0.5\, L\, \bar\tau)`
+from the autocorrelation of the stage's draws (:math:`\bar\tau` in transitions);
+(4) dual averaging again with :math:`L` fixed; the final step size is its average.
+
+All tuning state is in the kernel results, so a checkpointed and resumed run tunes
+exactly as an uninterrupted one.
+
+Units: ``step_size`` and ``trajectory_length`` are BlackJAX's (a step moves the
+whitened state by :math:`\epsilon`, as :math:`|u| = 1`); an HMC step size
+:math:`h` moves it by about :math:`h \sqrt d`. `fieldhmc.samplers.build_kernel`
+takes and reports them divided by :math:`\sqrt d` so that they read like HMC's.
+
+References
+----------
+.. [1] J. Robnik, G. B. De Luca, E. Silverstein and U. Seljak, "Microcanonical
+   Hamiltonian Monte Carlo", JMLR 24 (2023), arXiv:2212.08549.
+.. [2] J. Robnik and U. Seljak, "Fluctuation without dissipation: Microcanonical
+   Langevin Monte Carlo", arXiv:2303.18221 (2023).
+.. [3] G. Ver Steeg and A. Galstyan, "Hamiltonian dynamics with non-Newtonian
+   momentum for rapid sampling", NeurIPS 2021, arXiv:2111.02434.
+.. [4] J. Robnik, R. Cohn-Gordon and U. Seljak, "Controlling the asymptotic bias of
+   the unadjusted (microcanonical) Hamiltonian and Langevin Monte Carlo",
+   arXiv:2412.08876 (2024).
+.. [5] J. Robnik, R. Cohn-Gordon and U. Seljak, "Metropolis adjusted microcanonical
+   Hamiltonian Monte Carlo", arXiv:2503.01707 (2025).
+.. [6] BlackJAX, ``blackjax/mcmc/integrators.py`` (``isokinetic_mclachlan``,
+   ``esh_dynamics_momentum_update_one_step``), ``mcmc/mclmc.py``,
+   ``mcmc/adjusted_mclmc_dynamic.py`` and ``adaptation/mclmc_adaptation.py``,
+   ``adaptation/adjusted_mclmc_adaptation.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+__all__ = [
+    "INTEGRATORS",
+    "MetropolisAdjustedMicrocanonical",
+    "MicrocanonicalLangevin",
+    "MicrocanonicalResults",
+    "MicrocanonicalTuning",
+]
+
+_RNG_ALG = "philox"  # as nuts.py: XLA:CPU's default normal sampler is ~100x slower
+_LAMBDA = 0.1931833275037836  # minimal-norm integrator (Omelyan et al. 2003)
+# (velocity coefficients, position coefficients); gradients per step = len(positions)
+INTEGRATORS = {
+    "minimal_norm": ((_LAMBDA, 1.0 - 2.0 * _LAMBDA, _LAMBDA), (0.5, 0.5)),
+    "leapfrog": ((0.5, 0.5), (1.0,)),
+}
+MAX_ENERGY_ERROR = 1000.0
+MCLMC_STAGES = (0.4, 0.3, 0.3)
+MAMS_STAGES = (0.3, 0.2, 0.2, 0.3)
+_ESS_COORDINATES = 512
+_DECAY = (150.0 - 1.0) / (150.0 + 1.0)  # BlackJAX num_effective_samples=150
+_TRUST = 1.5
+
+
+class MicrocanonicalTuning(NamedTuple):
+    """Tuning state carried in the results (scalars are shared by all chains).
+
+    ``time``, ``x_average``: decaying averages of the MCLMC step-size predictor;
+    ``step_size_max``: cap after non-finite steps; ``log_step_size``,
+    ``log_step_size_avg``, ``da_step``, ``avg_error``, ``mu``: dual averaging (MAMS);
+    ``weight``, ``mean``, ``m2``: step-size-weighted Welford moments per chain
+    (``[chains, ...]`` per part); ``buffer``: ``[n3, chains, K]`` positions of a
+    coordinate subset for the autocorrelation estimate of ``L``.
+    """
+
+    time: tf.Tensor
+    x_average: tf.Tensor
+    step_size_max: tf.Tensor
+    log_step_size: tf.Tensor
+    log_step_size_avg: tf.Tensor
+    da_step: tf.Tensor
+    avg_error: tf.Tensor
+    mu: tf.Tensor
+    weight: tf.Tensor
+    mean: list
+    m2: list
+    buffer: tf.Tensor
+
+
+class MicrocanonicalResults(NamedTuple):
+    """Kernel results of the microcanonical kernels (batch shape ``B`` = chains).
+
+    Attributes
+    ----------
+    target_log_prob : tf.Tensor
+        :math:`\\log \\pi` at the current state, ``B``.
+    grads_target_log_prob : list of tf.Tensor
+        Its gradient per state part.
+    velocity : list of tf.Tensor
+        Unit velocity per part (jointly :math:`|u| = 1` per chain).
+    step_size, trajectory_length : tf.Tensor
+        Scalars: :math:`\\epsilon` and :math:`L` for the next transition.
+    energy_change : tf.Tensor
+        :math:`\\Delta E` of the transition's proposal, ``B`` (0 if non-finite).
+    log_accept_ratio : tf.Tensor
+        :math:`-\\Delta E` (``-inf`` if non-finite), ``B``; MCLMC accepts regardless.
+    is_accepted : tf.Tensor
+        ``bool``, ``B``; always true for MCLMC unless the step was non-finite.
+    is_divergent : tf.Tensor
+        ``bool``, ``B``; non-finite or :math:`\\Delta E >` 1000.
+    num_integration_steps : tf.Tensor
+        ``int32`` scalar, integrator steps of the transition (all chains).
+    num_gradient_evaluations : tf.Tensor
+        ``int32`` scalar, gradient evaluations of the transition per chain.
+    step : tf.Tensor
+        ``int32`` scalar, transitions taken so far (drives the tuning stages).
+    tuning : MicrocanonicalTuning
+    seed : tf.Tensor
+        Seed of the transition, ``[2]``.
+    """
+
+    target_log_prob: tf.Tensor
+    grads_target_log_prob: list
+    velocity: list
+    step_size: tf.Tensor
+    trajectory_length: tf.Tensor
+    energy_change: tf.Tensor
+    log_accept_ratio: tf.Tensor
+    is_accepted: tf.Tensor
+    is_divergent: tf.Tensor
+    num_integration_steps: tf.Tensor
+    num_gradient_evaluations: tf.Tensor
+    step: tf.Tensor
+    tuning: MicrocanonicalTuning
+    seed: tf.Tensor
+
+
+# ---------------------------------------------------------------------------------
+# Vector helpers over lists of parts with a leading chain axis
+# ---------------------------------------------------------------------------------
+
+
+def _event_axes(x):
+    return list(range(1, x.shape.rank))
+
+
+def _dot(a, b):
+    return sum(tf.reduce_sum(ai * bi, axis=_event_axes(ai)) for ai, bi in zip(a, b, strict=True))
+
+
+def _bcast(c, x):
+    """A ``[chains]`` tensor reshaped to broadcast against part ``x``."""
+    return tf.reshape(c, [-1] + [1] * (x.shape.rank - 1))
+
+
+def _normalize(v):
+    norm = tf.sqrt(_dot(v, v))
+    return [vi / _bcast(norm, vi) for vi in v]
+
+
+def _dimension(parts) -> int:
+    return sum(math.prod(p.shape[1:]) for p in parts)
+
+
+def _unit_vector(like, seed):
+    seeds = tfp.random.split_seed(seed, n=len(like))
+    z = [
+        tf.random.stateless_normal(tf.shape(x), seed=s, dtype=x.dtype, alg=_RNG_ALG)
+        for x, s in zip(like, seeds, strict=True)
+    ]
+    return _normalize(z)
+
+
+def _select(cond, new, old):
+    """Per-chain ``where`` over lists of parts."""
+    return [tf.where(_bcast(cond, n), n, o) for n, o in zip(new, old, strict=True)]
+
+
+def _all_finite(parts):
+    return tf.reduce_all(
+        tf.stack([tf.reduce_all(tf.math.is_finite(p), axis=_event_axes(p)) for p in parts]), 0
+    )
+
+
+# ---------------------------------------------------------------------------------
+# Isokinetic dynamics
+# ---------------------------------------------------------------------------------
+
+
+def velocity_update(u, g, tau, dim: int):
+    """ESH velocity update over time ``tau`` (``[]``) with gradient ``g``.
+
+    Returns the new unit velocity and :math:`\\Delta K` per chain (see module docs).
+    """
+    dtype = g[0].dtype
+    g_norm = tf.sqrt(_dot(g, g))
+    safe = tf.where(g_norm > 0, g_norm, tf.ones_like(g_norm))
+    e = [gi / _bcast(safe, gi) for gi in g]
+    c = _dot(u, e)
+    delta = tau * g_norm / tf.cast(dim - 1, dtype)
+    zeta = tf.exp(-delta)
+    a = (1.0 - zeta) * (1.0 + zeta + c * (1.0 - zeta))
+    raw = [_bcast(a, ei) * ei + _bcast(2.0 * zeta, ui) * ui for ei, ui in zip(e, u, strict=True)]
+    dk = (delta - math.log(2.0) + tf.math.log(1.0 + c + (1.0 - c) * zeta**2)) * (dim - 1)
+    return _normalize(raw), dk
+
+
+def _integrator_step(value_and_grad_fn, integrator: str, dim: int):
+    """One step of the chosen isokinetic integrator: ``(x, u, g, eps) -> (x, u, lp, g, dK)``."""
+    b, a = INTEGRATORS[integrator]
+
+    def step(x, u, g, eps):
+        dk_total = 0.0
+        lp = None
+        for i, ai in enumerate(a):
+            u, dk = velocity_update(u, g, b[i] * eps, dim)
+            dk_total = dk_total + dk
+            x = [xi + (ai * eps) * ui for xi, ui in zip(x, u, strict=True)]
+            lp, g = value_and_grad_fn(x)
+        u, dk = velocity_update(u, g, b[-1] * eps, dim)
+        return x, u, lp, g, dk_total + dk
+
+    return step
+
+
+def _stage_bounds(num_adaptation_steps: int, fractions: Sequence[float]) -> list[int]:
+    """Cumulative ends of the tuning stages (integers, last = num_adaptation_steps)."""
+    ends, acc = [], 0.0
+    for f in fractions[:-1]:
+        acc += f
+        ends.append(int(round(acc * num_adaptation_steps)))
+    ends.append(num_adaptation_steps)
+    return ends
+
+
+def _autocorrelation_time(buffer):
+    """Mean integrated autocorrelation time (in steps) over the coordinates of ``buffer``.
+
+    ``buffer``: ``[n, chains, K]``. Autocovariances by FFT per chain, combined over
+    chains as Stan's rank-free ESS (:math:`\\rho_t = 1 - (W - \\bar\\gamma_t)/\\hat V`),
+    summed over Geyer's initial positive sequence of pairs.
+    """
+    x = tf.cast(tf.transpose(buffer, [1, 2, 0]), tf.float64)  # chains, K, n
+    n = x.shape[-1]
+    chains = x.shape[0]
+    x = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+    size = 2 ** int(math.ceil(math.log2(2 * n)))
+    f = tf.signal.rfft(x, fft_length=[size])
+    acov = tf.signal.irfft(f * tf.math.conj(f), fft_length=[size])[..., :n] / n
+    mean_acov = tf.reduce_mean(acov, axis=0)  # K, n
+    w = mean_acov[..., 0] * n / max(n - 1, 1)
+    if chains > 1:
+        means = tf.reduce_mean(tf.cast(tf.transpose(buffer, [1, 2, 0]), tf.float64), axis=-1)
+        b_over_n = tf.math.reduce_variance(means, axis=0) * chains / (chains - 1)
+    else:
+        b_over_n = tf.zeros_like(w)
+    var_plus = w * (n - 1) / n + b_over_n
+    var_plus = tf.where(var_plus > 0, var_plus, tf.ones_like(var_plus))
+    rho = 1.0 - (w[:, None] - mean_acov) / var_plus[:, None]
+    m = n // 2
+    pairs = rho[:, 0 : 2 * m : 2] + rho[:, 1 : 2 * m : 2]  # K, m
+    keep = tf.math.cumprod(tf.cast(pairs > 0, tf.float64), axis=-1)
+    tau = -1.0 + 2.0 * tf.reduce_sum(pairs * keep, axis=-1)
+    return tf.reduce_mean(tf.maximum(tau, 1.0 / n))
+
+
+def _subset(parts, k: int):
+    """A strided subset of at most ``k`` coordinates per chain, ``[chains, k']``."""
+    flat = tf.concat([tf.reshape(p, [tf.shape(p)[0], -1]) for p in parts], axis=1)
+    dim = flat.shape[1]
+    stride = max(1, dim // k)
+    return flat[:, ::stride][:, :k]
+
+
+class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
+    """Shared construction, bootstrap and tuning helpers."""
+
+    _stages: tuple = ()
+
+    def __init__(
+        self,
+        target_log_prob_fn: Callable[..., tf.Tensor],
+        step_size,
+        trajectory_length,
+        num_adaptation_steps: int = 0,
+        integrator: str = "minimal_norm",
+        desired_energy_var: float = 5e-4,
+        target_accept_prob: float = 0.9,
+        name: str | None = None,
+    ):
+        if integrator not in INTEGRATORS:
+            raise ValueError(f"integrator must be one of {tuple(INTEGRATORS)}, got {integrator!r}")
+        if num_adaptation_steps < 0:
+            raise ValueError(f"num_adaptation_steps must be >= 0, got {num_adaptation_steps}")
+        self._parameters = dict(
+            target_log_prob_fn=target_log_prob_fn,
+            step_size=step_size,
+            trajectory_length=trajectory_length,
+            num_adaptation_steps=num_adaptation_steps,
+            integrator=integrator,
+            desired_energy_var=desired_energy_var,
+            target_accept_prob=target_accept_prob,
+            name=name,
+        )
+
+    @property
+    def parameters(self):
+        return self._parameters
+
+    @property
+    def is_calibrated(self) -> bool:
+        return False
+
+    @property
+    def target_log_prob_fn(self):
+        return self._parameters["target_log_prob_fn"]
+
+    @property
+    def num_adaptation_steps(self) -> int:
+        return self._parameters["num_adaptation_steps"]
+
+    @property
+    def integrator(self) -> str:
+        return self._parameters["integrator"]
+
+    @property
+    def gradients_per_step(self) -> int:
+        return len(INTEGRATORS[self.integrator][1])
+
+    @property
+    def stage_ends(self) -> list[int]:
+        return _stage_bounds(self.num_adaptation_steps, self._stages)
+
+    def _value_and_grad(self, x):
+        lp, g = tfp.math.value_and_gradient(lambda *p: self.target_log_prob_fn(*p), x)
+        return lp, list(g)
+
+    def bootstrap_results(self, init_state) -> MicrocanonicalResults:
+        x = [tf.convert_to_tensor(p) for p in tf.nest.flatten(init_state)]
+        dtype = x[0].dtype
+        lp, g = self._value_and_grad(x)
+        chains = tf.shape(lp)[0]
+        dim = _dimension(x)
+        u = _unit_vector(x, tf.constant([0, 0], tf.int32))
+        zero = tf.zeros([], dtype)
+        eps = tf.cast(self._parameters["step_size"], dtype)
+        k = min(dim, _ESS_COORDINATES)
+        n3 = self._buffer_steps()
+        tuning = MicrocanonicalTuning(
+            time=zero,
+            x_average=zero,
+            step_size_max=tf.constant(float("inf"), dtype),
+            log_step_size=tf.math.log(eps),
+            log_step_size_avg=zero,
+            da_step=tf.ones([], dtype),
+            avg_error=zero,
+            mu=tf.math.log(10.0 * eps),
+            weight=zero,
+            mean=[tf.zeros_like(p) for p in x],
+            m2=[tf.zeros_like(p) for p in x],
+            buffer=tf.zeros([max(n3, 1), chains, len(range(0, dim, max(1, dim // k))[:k])], dtype),
+        )
+        return MicrocanonicalResults(
+            target_log_prob=lp,
+            grads_target_log_prob=g,
+            velocity=u,
+            step_size=eps,
+            trajectory_length=tf.cast(self._parameters["trajectory_length"], dtype),
+            energy_change=tf.zeros_like(lp),
+            log_accept_ratio=tf.zeros_like(lp),
+            is_accepted=tf.ones([chains], tf.bool),
+            is_divergent=tf.zeros([chains], tf.bool),
+            num_integration_steps=tf.zeros([], tf.int32),
+            num_gradient_evaluations=tf.zeros([], tf.int32),
+            step=tf.zeros([], tf.int32),
+            tuning=tuning,
+            seed=tf.zeros([2], tf.int32),
+        )
+
+    def _buffer_steps(self) -> int:
+        raise NotImplementedError
+
+    # -- tuning helpers ------------------------------------------------------------
+    @staticmethod
+    def _moments(tuning, x, weight):
+        """Step-size-weighted Welford update of per-chain moments (``weight`` scalar)."""
+        total = tuning.weight + weight
+        one = tf.ones_like(total)
+        frac = tf.where(total > 0, weight / tf.where(total > 0, total, one), 0.0 * one)
+        mean, m2 = [], []
+        for xi, mi, si in zip(x, tuning.mean, tuning.m2, strict=True):
+            d = xi - mi
+            new_mean = mi + frac * d
+            mean.append(new_mean)
+            m2.append(si + weight * d * (xi - new_mean))
+        return tuning._replace(weight=total, mean=mean, m2=m2)
+
+    @staticmethod
+    def _total_variance(tuning):
+        """:math:`\\sum_i \\mathrm{Var}[x_i]` pooled over chains (within + between)."""
+        w = tf.where(tuning.weight > 0, tuning.weight, tf.ones_like(tuning.weight))
+        total = 0.0
+        for mi, si in zip(tuning.mean, tuning.m2, strict=True):
+            within = tf.reduce_mean(si, axis=0) / w
+            between = tf.math.reduce_variance(mi, axis=0)
+            total = total + tf.reduce_sum(within + between)
+        return total
+
+    @staticmethod
+    def _record(tuning, x, index):
+        row = tf.cast(_subset(x, tuning.buffer.shape[-1]), tuning.buffer.dtype)
+        n = tuning.buffer.shape[0]
+        index = tf.clip_by_value(index, 0, n - 1)
+        buffer = tf.tensor_scatter_nd_update(tuning.buffer, [[index]], row[None])
+        return tuning._replace(buffer=buffer)
+
+
+class MicrocanonicalLangevin(_MicrocanonicalBase):
+    """Unadjusted microcanonical Langevin Monte Carlo (MCLMC), self-tuning.
+
+    Parameters
+    ----------
+    target_log_prob_fn : callable
+        ``(*parts) -> [chains]`` log density (whitened; the state dtype).
+    step_size, trajectory_length : float or Tensor
+        Initial :math:`\\epsilon` and :math:`L` (BlackJAX units); the values used
+        throughout when ``num_adaptation_steps == 0``.
+    num_adaptation_steps : int
+        Tuning transitions (stages ``MCLMC_STAGES``), then both freeze.
+    integrator : {"minimal_norm", "leapfrog"}
+    desired_energy_var : float
+        Target energy-error variance per dimension :math:`\\mathrm{Var}[\\Delta E]/d`,
+        the bias tolerance of [4] (BlackJAX's default 5e-4).
+    """
+
+    _stages = MCLMC_STAGES
+
+    def _buffer_steps(self) -> int:
+        ends = self.stage_ends
+        return ends[2] - ends[1]
+
+    def one_step(self, current_state, previous_kernel_results, seed=None):
+        r = previous_kernel_results
+        seed = tfp.random.sanitize_seed(seed)
+        refresh_seed, nan_seed = tfp.random.split_seed(seed)
+        x0 = [tf.convert_to_tensor(p) for p in tf.nest.flatten(current_state)]
+        dim = _dimension(x0)
+        dtype = x0[0].dtype
+        eps, big_l = r.step_size, r.trajectory_length
+        step = _integrator_step(self._value_and_grad, self.integrator, dim)
+        x, u, lp, g, dk = step(x0, r.velocity, r.grads_target_log_prob, eps)
+        # Partial refresh: nu = sqrt((exp(2 eps / L) - 1) / d).
+        nu = tf.sqrt((tf.exp(2.0 * eps / big_l) - 1.0) / dim)
+        zs = tfp.random.split_seed(refresh_seed, n=len(x))
+        z = [
+            tf.random.stateless_normal(tf.shape(xi), seed=s, dtype=dtype, alg=_RNG_ALG)
+            for xi, s in zip(x, zs, strict=True)
+        ]
+        u = _normalize([ui + nu * zi for ui, zi in zip(u, z, strict=True)])
+        energy_change = dk - lp + r.target_log_prob
+        finite = _all_finite(x) & tf.math.is_finite(lp) & tf.math.is_finite(energy_change)
+        x = _select(finite, x, x0)
+        g = _select(finite, g, r.grads_target_log_prob)
+        u = _select(finite, u, _unit_vector(x0, nan_seed))
+        lp = tf.where(finite, lp, r.target_log_prob)
+        energy_change = tf.where(finite, energy_change, tf.zeros_like(energy_change))
+        eps_new, l_new, tuning = self._tune(r, x, energy_change, finite, dim)
+        results = MicrocanonicalResults(
+            target_log_prob=lp,
+            grads_target_log_prob=g,
+            velocity=u,
+            step_size=eps_new,
+            trajectory_length=l_new,
+            energy_change=energy_change,
+            log_accept_ratio=tf.where(
+                finite, -energy_change, tf.fill(tf.shape(lp), tf.constant(-float("inf"), dtype))
+            ),
+            is_accepted=finite,
+            is_divergent=~finite | (energy_change > MAX_ENERGY_ERROR),
+            num_integration_steps=tf.ones([], tf.int32),
+            num_gradient_evaluations=tf.constant(self.gradients_per_step, tf.int32),
+            step=r.step + 1,
+            tuning=tuning,
+            seed=seed,
+        )
+        return tf.nest.pack_sequence_as(current_state, x), results
+
+    def _tune(self, r, x, energy_change, finite, dim):
+        t = r.step
+        eps, big_l, tuning = r.step_size, r.trajectory_length, r.tuning
+        if self.num_adaptation_steps == 0:
+            return eps, big_l, tuning
+        dtype = eps.dtype
+        end1, end2, end3 = self.stage_ends
+        all_finite = tf.reduce_all(finite)
+        # Stages 1-2: the energy-variance predictor (pooled over chains).
+        xi = tf.reduce_mean(tf.square(energy_change)) / (
+            dim * self._parameters["desired_energy_var"]
+        ) + tf.constant(1e-8, dtype)
+        weight = tf.exp(-0.5 * tf.square(tf.math.log(xi) / (6.0 * _TRUST)))
+        x_average = _DECAY * tuning.x_average + weight * (xi / eps**6)
+        time = _DECAY * tuning.time + weight
+        step_size_max = tf.where(all_finite, tuning.step_size_max, 0.8 * eps)
+        predicted = tf.where(
+            time > 0, (x_average / tf.where(time > 0, time, 1.0 + 0.0 * time)) ** (-1.0 / 6.0), eps
+        )
+        predicted = tf.minimum(predicted, step_size_max)
+        predicting = t < end2
+        tuning = tuning._replace(
+            time=tf.where(predicting, time, tuning.time),
+            x_average=tf.where(predicting, x_average, tuning.x_average),
+            step_size_max=tf.where(predicting, step_size_max, tuning.step_size_max),
+        )
+        eps_new = tf.where(predicting, predicted, eps)
+        # Stage 2: moments -> L = sqrt(sum Var[x_i]).
+        in2 = (t >= end1) & (t < end2)
+        w = tf.where(in2 & all_finite, eps, tf.zeros([], dtype))
+        tuning = self._moments(tuning, x, w)
+        if end2 - end1 > 1:
+            big_l = tf.where(t == end2 - 1, tf.sqrt(self._total_variance(tuning)), big_l)
+        # Stage 3: autocorrelation of a coordinate subset -> L = 0.4 eps tau.
+        if end3 - end2 >= 2:
+            tuning = self._record(tuning, x, t - end2)
+            big_l = tf.cond(
+                t == end3 - 1,
+                lambda: tf.cast(
+                    0.4 * tf.cast(eps, tf.float64) * _autocorrelation_time(tuning.buffer), dtype
+                ),
+                lambda: big_l,
+            )
+        return eps_new, big_l, tuning
+
+
+class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
+    """Metropolis-adjusted microcanonical sampler (MAMS), self-tuning, exact.
+
+    Parameters as `MicrocanonicalLangevin`, plus ``target_accept_prob`` (dual
+    averaging target, default 0.9 as [5]); ``desired_energy_var`` is unused.
+    """
+
+    _stages = MAMS_STAGES
+
+    def _buffer_steps(self) -> int:
+        ends = self.stage_ends
+        return ends[2] - ends[1]
+
+    def one_step(self, current_state, previous_kernel_results, seed=None):
+        r = previous_kernel_results
+        seed = tfp.random.sanitize_seed(seed)
+        velocity_seed, length_seed, accept_seed = tfp.random.split_seed(seed, n=3)
+        x0 = [tf.convert_to_tensor(p) for p in tf.nest.flatten(current_state)]
+        dim = _dimension(x0)
+        dtype = x0[0].dtype
+        eps, big_l = r.step_size, r.trajectory_length
+        num_steps = _num_integration_steps(big_l / eps, length_seed)
+        u0 = _unit_vector(x0, velocity_seed)
+        step = _integrator_step(self._value_and_grad, self.integrator, dim)
+
+        def body(i, x, u, lp, g, dk):
+            x, u, lp, g, d = step(x, u, g, eps)
+            return i + 1, x, u, lp, g, dk + d
+
+        _, x, u, lp, g, dk = tf.while_loop(
+            lambda i, *_: i < num_steps,
+            body,
+            (
+                tf.constant(0),
+                x0,
+                u0,
+                r.target_log_prob,
+                list(r.grads_target_log_prob),
+                tf.zeros_like(r.target_log_prob),
+            ),
+        )
+        energy_change = dk - lp + r.target_log_prob
+        finite = _all_finite(x) & tf.math.is_finite(lp) & tf.math.is_finite(energy_change)
+        log_accept = tf.where(
+            finite, -energy_change, tf.fill(tf.shape(lp), tf.constant(-float("inf"), dtype))
+        )
+        uniform = tf.random.stateless_uniform(tf.shape(lp), accept_seed, dtype=dtype, alg=_RNG_ALG)
+        accepted = tf.math.log(uniform) < log_accept
+        x = _select(accepted, x, x0)
+        g = _select(accepted, g, r.grads_target_log_prob)
+        u = _select(accepted, u, u0)
+        lp = tf.where(accepted, lp, r.target_log_prob)
+        accept_prob = tf.exp(tf.minimum(log_accept, 0.0))
+        eps_new, l_new, tuning = self._tune(r, x, accept_prob, finite, dim)
+        results = MicrocanonicalResults(
+            target_log_prob=lp,
+            grads_target_log_prob=g,
+            velocity=u,
+            step_size=eps_new,
+            trajectory_length=l_new,
+            energy_change=tf.where(finite, energy_change, tf.zeros_like(energy_change)),
+            log_accept_ratio=log_accept,
+            is_accepted=accepted,
+            is_divergent=~finite | (energy_change > MAX_ENERGY_ERROR),
+            num_integration_steps=num_steps,
+            num_gradient_evaluations=num_steps * self.gradients_per_step,
+            step=r.step + 1,
+            tuning=tuning,
+            seed=seed,
+        )
+        return tf.nest.pack_sequence_as(current_state, x), results
+
+    def _tune(self, r, x, accept_prob, finite, dim):
+        t = r.step
+        eps, big_l, tuning = r.step_size, r.trajectory_length, r.tuning
+        if self.num_adaptation_steps == 0:
+            return eps, big_l, tuning
+        dtype = eps.dtype
+        end1, end2, end3, end4 = self.stage_ends
+        target = tf.cast(self._parameters["target_accept_prob"], dtype)
+        # Dual averaging (Hoffman & Gelman 2014; BlackJAX t0=10, gamma=0.05, kappa=0.75).
+        da_t = tuning.da_step
+        acc = tf.reduce_mean(tf.where(finite, accept_prob, tf.zeros_like(accept_prob)))
+        avg_error = (1.0 - 1.0 / (da_t + 10.0)) * tuning.avg_error + (target - acc) / (da_t + 10.0)
+        log_eps = tuning.mu - tf.sqrt(da_t) / 0.05 * avg_error
+        # Never more than L / 1.1 per step (BlackJAX's clamp).
+        log_eps = tf.minimum(log_eps, tf.math.log(big_l / 1.1))
+        eta = da_t ** (-0.75)
+        log_eps_avg = eta * log_eps + (1.0 - eta) * tuning.log_step_size_avg
+        adapting = (t < end1) | ((t >= end3) & (t < end4))
+        tuning = _replace_if(
+            adapting,
+            tuning,
+            log_step_size=log_eps,
+            log_step_size_avg=log_eps_avg,
+            da_step=da_t + 1.0,
+            avg_error=avg_error,
+        )
+        eps_new = tf.where(adapting, tf.exp(log_eps), eps)
+        # Stage 1: L follows the step size (fixed number of integration steps).
+        l_new = tf.where(t < end1, big_l * eps_new / eps, big_l)
+        # End of stages 1 and 4: the averaged step size.
+        final = tf.exp(tuning.log_step_size_avg)
+        eps_new = tf.where((t == end1 - 1) | (t == end4 - 1), final, eps_new)
+        l_new = tf.where(t == end1 - 1, l_new * final / tf.exp(log_eps), l_new)
+        # Stage 2: moments -> L.
+        in2 = (t >= end1) & (t < end2)
+        w = tf.where(in2 & tf.reduce_all(finite), eps, tf.zeros([], dtype))
+        tuning = self._moments(tuning, x, w)
+        if end2 - end1 > 1:
+            change = tf.clip_by_value(1.3 * tf.sqrt(self._total_variance(tuning)) / l_new, 0.0, 2.0)
+            at2 = t == end2 - 1
+            l_new = tf.where(at2, l_new * change, l_new)
+            eps_new = tf.where(at2, eps_new * change, eps_new)
+        # Stage 3: autocorrelation of the draws -> L.
+        if end3 - end2 >= 2:
+            tuning = self._record(tuning, x, t - end2)
+            l_new = tf.cond(
+                t == end3 - 1,
+                lambda: tf.minimum(
+                    2.0 * l_new,
+                    tf.cast(
+                        0.5 * tf.cast(l_new, tf.float64) * _autocorrelation_time(tuning.buffer),
+                        dtype,
+                    ),
+                ),
+                lambda: l_new,
+            )
+        # Restart dual averaging for stage 4 from the current step size.
+        restart = t == end3 - 1
+        tuning = _replace_if(
+            restart,
+            tuning,
+            log_step_size=tf.math.log(eps_new),
+            log_step_size_avg=tf.zeros([], dtype),
+            da_step=tf.ones([], dtype),
+            avg_error=tf.zeros([], dtype),
+            mu=tf.math.log(10.0 * eps_new),
+        )
+        return eps_new, l_new, tuning
+
+
+def _replace_if(cond, tuning: MicrocanonicalTuning, **values) -> MicrocanonicalTuning:
+    """Scalar fields of ``tuning`` replaced by ``values`` where ``cond`` holds."""
+    return tuning._replace(
+        **{name: tf.where(cond, v, getattr(tuning, name)) for name, v in values.items()}
+    )
+
+
+def _num_integration_steps(mean_steps, seed):
+    """:math:`N = \\lceil U s \\rceil` with :math:`\\mathbb E[N]` = ``mean_steps`` (>= 1)."""
+    mu = tf.maximum(mean_steps, tf.ones_like(mean_steps))
+    k = tf.floor(2.0 * mu - 1.0)
+    s = k + k * (mu - 0.5 * (k + 1.0)) / (k + 1.0 - mu)
+    u = tf.random.stateless_uniform([], seed, dtype=mean_steps.dtype, alg=_RNG_ALG)
+    return tf.maximum(tf.cast(tf.math.ceil(u * s), tf.int32), 1)
