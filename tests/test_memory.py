@@ -236,3 +236,21 @@ def test_capped_field_buffer_stores_the_same_draws(tmp_path, monkeypatch):
     np.testing.assert_array_equal(
         capped_sink.stacked_traces()["lp"], full_sink.stacked_traces()["lp"]
     )
+
+
+def test_streamed_field_convergence_names_the_same_outlier_chain(tmp_path):
+    """Flagged modes are re-read from the out-of-core modes (not reshaped in memory)."""
+    rng = np.random.default_rng(5)
+    draws = rng.normal(size=(40, 4, 8, 8, 8)).astype(np.float32)
+    draws[:, 2] += 0.5 * rng.normal(size=(8, 8, 8)).astype(np.float32)  # chain 2 shifted
+    path = tmp_path / "fields.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("draws", data=draws, chunks=(1, 1, 8, 8, 8))
+    kb = _kbins(draws.shape[2:])
+    whole = diag.field_convergence(np.swapaxes(draws, 0, 1), kb.index, kb.num_bins)
+    with h5py.File(path, "r") as f:
+        streamed = diag.field_convergence(ChainDrawView(f["draws"]), kb.index, kb.num_bins)
+    counts = whole["overall"]["outlier_chain_counts"]
+    assert whole["overall"]["num_flagged"] > 0 and int(np.argmax(counts)) == 2
+    assert streamed["overall"]["outlier_chain_counts"] == counts
+    assert streamed["overall"]["num_flagged"] == whole["overall"]["num_flagged"]

@@ -205,7 +205,8 @@ def test_microcanonical_run_states_what_it_is(kind, tmp_path):
     values and their cost; the health check reports Var[dE]/d, not acceptance/E-BFMI."""
     out = tmp_path / "run"
     extra = [f"sampler.kind={kind}", "sampler.num_leapfrog_steps=null"]
-    extra += ["sampler.jitter_leapfrog=null", "sampler.num_burnin_steps=30"]
+    extra += ["sampler.jitter_leapfrog=null", "sampler.target_accept_prob=null"]
+    extra += ["sampler.num_burnin_steps=30"]
     assert _run(ROOT / "configs" / "quickstart.yaml", out, *extra) == 0
     summary = json.loads((out / "summary.json").read_text())
     meta = summary["metadata"]

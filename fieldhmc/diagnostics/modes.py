@@ -244,6 +244,23 @@ def _kbin_table(
     return per_bin
 
 
+def _gather_columns(modes: ArrayLike, flat_cols: np.ndarray) -> np.ndarray:
+    """``modes`` as ``(chain, draw, -1)`` at the ascending flat indices ``flat_cols``.
+
+    In memory a fancy index; out of core (an ``h5py.Dataset``) one pass over slabs
+    (:func:`~fieldhmc.diagnostics.convergence._column_blocks`) keeping only those columns.
+    """
+    c, n = modes.shape[:2]
+    if isinstance(modes, np.ndarray):
+        return modes.reshape(c, n, -1)[:, :, flat_cols]
+    out = np.empty((c, n, flat_cols.size), modes.dtype)
+    for lo, hi, block in _column_blocks(modes, max(1, _CHUNK_ELEMENTS // (c * n))):
+        a, b = np.searchsorted(flat_cols, [lo, hi])
+        if a < b:
+            out[:, :, a:b] = block[:, :, flat_cols[a:b] - lo]
+    return out
+
+
 def _outlier_chains(
     modes: np.ndarray, flat_index: np.ndarray, parts: np.ndarray, idx: np.ndarray
 ) -> list[int]:
@@ -256,11 +273,11 @@ def _outlier_chains(
     counts = np.zeros(c, dtype=int)
     if c < 2 or idx.size == 0:
         return counts.tolist()
-    flat = modes.reshape(c, n, -1)
     for part in ("real", "imag"):
         cols = idx[parts[idx] == part]
         if cols.size:
-            values = getattr(flat[:, :, flat_index[cols]], part).astype(float)  # (c, n, f)
+            selected = _gather_columns(modes, np.sort(flat_index[cols]))
+            values = getattr(selected, part).astype(float)  # (c, n, f)
             means = values.mean(axis=1)
             others = (means.sum(axis=0) - means) / (c - 1)
             distance = np.abs(means - others) / (values.std(axis=(0, 1)) + 1e-300)
