@@ -236,6 +236,13 @@ def test_kbin_convergence_from_diagnostics_and_json(tmp_path, rng):
     summary["field"]["kbins"]["ess_bulk_min"][0] = None
     fig = plotting.plot_kbin_convergence(summary["field"])
     save(fig, tmp_path / "kbins_json.png")
+    # a chain shifted in every mode: the flagged bins are marked
+    draws[1] += rng.normal(size=(n, n, n))
+    shifted = diag.field_convergence(draws, kbins, nbins, k=k, include_voxels=False)
+    assert sum(shifted["kbins"]["num_flagged"]) > 0
+    labels = labelled_axes(plotting.plot_kbin_convergence(shifted))[0].get_legend_handles_labels()
+    assert "bin with flagged modes" in labels[1]
+    assert "bin with flagged modes" not in labelled_axes(fig)[0].get_legend_handles_labels()[1]
 
 
 def test_plotting_import_does_not_choose_backend_or_import_tensorflow():
