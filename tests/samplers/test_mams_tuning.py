@@ -10,7 +10,7 @@ autocorrelation of every coordinate is :math:`\\rho = \\sin(2T)/(2T)` with
 :math:`L = 1.3 \\sqrt{\\sum_i \\mathrm{Var}[x_i]} = 1.3 \\sqrt d`; a final
 :math:`L < \\sqrt d` is a collapse that costs ESS per gradient. The test fails on the
 tuner that applied BlackJAX's ``0.5 L \\tau`` rule without a floor (final
-:math:`L \\approx 0.9 \\sqrt d`, 1.4 integration steps per transition).
+:math:`L \\approx 0.95 \\sqrt d` here, 1.4 integration steps per transition).
 """
 
 from __future__ import annotations
