@@ -73,10 +73,37 @@ MAMS, stages ``(0.3, 0.2, 0.2, 0.3)``: (1) dual averaging of the step size to
 ``target_accept_prob`` (0.9 by default [5]; Nesterov's scheme as in Stan and
 BlackJAX) with :math:`L/\epsilon` fixed; (2) step size frozen at its averaged
 value, step-size-weighted moments of :math:`x`, then
-:math:`L \leftarrow L \cdot \min(2, 1.3 \sqrt{\sum_i \mathrm{Var}[x_i]} / L)` and
-:math:`\epsilon` scaled alike; (3) :math:`L \leftarrow \min(2 L,\ 0.5\, L\, \bar\tau)`
-from the autocorrelation of the stage's draws (:math:`\bar\tau` in transitions);
-(4) dual averaging again with :math:`L` fixed; the final step size is its average.
+:math:`L \leftarrow L \cdot \min(2, 1.3 \sqrt{\sum_i \mathrm{Var}[x_i]} / L)`, the step
+kept (capped at :math:`L/1.1`); (3)
+:math:`L \leftarrow \mathrm{clip}(0.5\, L\, \tau_\mathrm{max},\ L,\ 2 L)` from the
+largest integrated autocorrelation time (in transitions) among the recorded
+coordinates of the stage's draws (BlackJAX's ``max="max"``: its minimum ESS); (4) dual
+averaging again with :math:`L` fixed; the final step size is its average.
+
+Two departures from BlackJAX's ``adjusted_mclmc_find_L_and_step_size`` (which has
+the same four stages when ``frac_tune3 > 0``), both found on the whitened field
+posteriors (issue 13, ``tests/samplers/test_mams_tuning.py``):
+
+* BlackJAX scales :math:`\epsilon` with :math:`L` at the end of stage 2 and re-runs
+  dual averaging before stage 3; without that re-run stage 3 ran at
+  :math:`L/\epsilon = 10` with a quarter of the accepted step. Keeping the
+  dual-averaged step (the energy error of the integrator does not grow with the
+  trajectory length) makes stage 3 measure the integrator that is then used, at a
+  quarter of the gradients.
+* The rule :math:`0.5\, L \bar\tau` has its fixed point at :math:`\bar\tau = 2`
+  transitions, so it *shortens* :math:`L` whenever one transition already
+  decorrelates the chain. On a whitened (near-isotropic) target, where
+  :math:`L/\sqrt d` is the HMC trajectory time :math:`T`, a uniformly randomised
+  length has lag-1 autocorrelation :math:`\sin(2T)/(2T)` and gradients per ESS
+  :math:`\propto T(1+\rho)/(1-\rho)`, falling up to :math:`T \approx 2`; the
+  unfloored rule took the moment-stage :math:`T = 1.3` down to 0.8--0.9 and, with the
+  step re-tuned in stage 4, 1.4--2 integration steps per transition. Stage 3 may
+  therefore lengthen :math:`L` (slow directions, e.g. a masked region) but not
+  shorten it below the moment-stage value. It reads the slowest coordinate, not
+  the mean over coordinates (BlackJAX's default ``max="avg"``): the figure of merit
+  is the minimum ESS, and at 32³ (``benchmarks/microcanonical.py``) the mean left
+  :math:`L/\sqrt d` at 1.3 (31 and 92 gradients per min-ESS unmasked / masked)
+  where the slowest coordinate takes it to the cap 2.6 (18 and 28).
 
 All tuning state is in the kernel results, so a checkpointed and resumed run tunes
 exactly as an uninterrupted one.
@@ -308,8 +335,8 @@ def _stage_bounds(num_adaptation_steps: int, fractions: Sequence[float]) -> list
     return ends
 
 
-def _autocorrelation_time(buffer):
-    """Mean integrated autocorrelation time (in steps) over the coordinates of ``buffer``.
+def _autocorrelation_time(buffer, reduce=tf.reduce_mean):
+    """Integrated autocorrelation time (in steps), ``reduce`` over the coordinates of ``buffer``.
 
     ``buffer``: ``[n, chains, K]``. Autocovariances by FFT per chain, combined over
     chains as Stan's rank-free ESS (:math:`\\rho_t = 1 - (W - \\bar\\gamma_t)/\\hat V`),
@@ -336,7 +363,7 @@ def _autocorrelation_time(buffer):
     pairs = rho[:, 0 : 2 * m : 2] + rho[:, 1 : 2 * m : 2]  # K, m
     keep = tf.math.cumprod(tf.cast(pairs > 0, tf.float64), axis=-1)
     tau = -1.0 + 2.0 * tf.reduce_sum(pairs * keep, axis=-1)
-    return tf.reduce_mean(tf.maximum(tau, 1.0 / n))
+    return reduce(tf.maximum(tau, 1.0 / n))
 
 
 def _subset(parts, k: int):
@@ -719,18 +746,24 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
             change = tf.clip_by_value(1.3 * tf.sqrt(self._total_variance(tuning)) / l_new, 0.0, 2.0)
             at2 = t == end2 - 1
             l_new = tf.where(at2, l_new * change, l_new)
-            eps_new = tf.where(at2, eps_new * change, eps_new)
-        # Stage 3: autocorrelation of the draws -> L.
+            # The dual-averaged step is kept (BlackJAX scales it with L, which at the
+            # initial L / eps = 10 left stage 3 at a quarter of the accepted step).
+            eps_new = tf.where(at2, tf.minimum(eps_new, l_new / 1.1), eps_new)
+        # Stage 3: autocorrelation of the slowest recorded coordinate -> L, never below
+        # the moment-stage L.
         if end3 - end2 >= 2:
             tuning = self._record(tuning, x, t - end2)
             l_new = tf.cond(
                 t == end3 - 1,
-                lambda: tf.minimum(
-                    2.0 * l_new,
+                lambda: tf.clip_by_value(
                     tf.cast(
-                        0.5 * tf.cast(l_new, tf.float64) * _autocorrelation_time(tuning.buffer),
+                        0.5
+                        * tf.cast(l_new, tf.float64)
+                        * _autocorrelation_time(tuning.buffer, tf.reduce_max),
                         dtype,
                     ),
+                    l_new,
+                    2.0 * l_new,
                 ),
                 lambda: l_new,
             )
