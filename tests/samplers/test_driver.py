@@ -169,6 +169,17 @@ def _run_traces(tmp_path: Path, seed: int, max_chunks=None, resume=False, sample
     return sampler, summary
 
 
+def _assert_bit_identical(tmp_path, full: dict, resumed: dict) -> None:
+    """Traces in ``full/`` and ``killed/`` and the final states agree to the bit."""
+    t_full = read_traces(tmp_path / "full" / "traces.h5")
+    t_res = read_traces(tmp_path / "killed" / "traces.h5")
+    assert t_full.keys() == t_res.keys()
+    for name in t_full:
+        assert t_full[name].tobytes() == t_res[name].tobytes(), name
+    for a, b in zip(full["latent_state"], resumed["latent_state"], strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
 def test_same_seed_identical_different_seed_differs(tmp_path):
     _, a = _run_traces(tmp_path / "a", seed=3)
     _, b = _run_traces(tmp_path / "b", seed=3)
@@ -191,13 +202,7 @@ def test_resume_after_kill_is_bit_identical(tmp_path):
     )
     _, resumed = _run_traces(tmp_path / "killed", seed=5, resume=True, sampler=fresh)
     assert resumed["complete"]
-    t_full = read_traces(tmp_path / "full" / "traces.h5")
-    t_res = read_traces(tmp_path / "killed" / "traces.h5")
-    assert t_full.keys() == t_res.keys()
-    for name in t_full:
-        assert t_full[name].tobytes() == t_res[name].tobytes(), name
-    for a, b in zip(full["latent_state"], resumed["latent_state"], strict=True):
-        assert a.tobytes() == b.tobytes()
+    _assert_bit_identical(tmp_path, full, resumed)
 
 
 def test_resume_truncates_draws_written_after_the_checkpoint(tmp_path):
@@ -282,13 +287,7 @@ def test_microcanonical_resume_is_bit_identical(tmp_path, kind):
     assert not partial["complete"]
     _, resumed = _run_traces(tmp_path / "killed", seed=7, resume=True, sampler=make())
     assert resumed["complete"]
-    t_full = read_traces(tmp_path / "full" / "traces.h5")
-    t_res = read_traces(tmp_path / "killed" / "traces.h5")
-    assert t_full.keys() == t_res.keys()
-    for name in t_full:
-        assert t_full[name].tobytes() == t_res[name].tobytes(), name
-    for a, b in zip(full["latent_state"], resumed["latent_state"], strict=True):
-        assert a.tobytes() == b.tobytes()
+    _assert_bit_identical(tmp_path, full, resumed)
     assert full["tuned"] == resumed["tuned"]
     assert full["warmup_gradient_evaluations"] == resumed["warmup_gradient_evaluations"] > 0
     # The tuner moved both parameters away from their starting values.
