@@ -346,10 +346,8 @@ def run_sbc(
         description="sbc",
         skipped=skipped,
     )
-    records = [
-        _read_marker(out / "realisations" / f"r{i:04d}" / SBC_MARKER)
-        for i in range(num_realisations)
-    ]
+    # Every finished realisation in the directory (a resume asking for fewer keeps all).
+    records = [_read_marker(p) for p in sorted(out.glob(f"realisations/r*/{SBC_MARKER}"))]
     records = [r for r in records if r is not None]
     dataset = gather_sbc(out, records, outcome.failures, plots=plots) if records else None
     return SbcResult(out, dataset, outcome.failures, outcome.skipped)

@@ -97,6 +97,7 @@ def test_sbc_resume_skips_finished_realisations(reference, client):
         small_config(), reference.out_dir, 3, client, progress=False, plots=False
     )
     assert result.skipped == ["r0000", "r0001", "r0002"] and not result.failures
+    assert result.dataset.sizes["realisation"] == NUM_REALISATIONS  # all finished ones
     with pytest.raises(ValueError, match="different config"):
         sweep.run_sbc(
             small_config("sampler.num_results=50"), reference.out_dir, 3, client, progress=False
