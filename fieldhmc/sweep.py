@@ -472,7 +472,7 @@ def _plot_sbc(out_dir: Path, ds) -> list[Path]:
             path = plot_dir / f"sbc_{kind}_{group}.png"
 
             def save(tmp, fig=fig):
-                fig.savefig(tmp, dpi=100, bbox_inches="tight", format="png")
+                fig.savefig(tmp, dpi=100, format="png")
 
             io.atomic_write(path, save)
             written.append(path)

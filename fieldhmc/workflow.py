@@ -608,7 +608,7 @@ def plot(run_dir: Path) -> list[Path]:
         fig = getattr(fig_or_ax, "figure", fig_or_ax)
         path = rundir.plots / f"{name}.png"
         io.atomic_write(
-            path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+            path, lambda tmp: fig.savefig(tmp, dpi=110, format="png")
         )
         written.append(path)
 
