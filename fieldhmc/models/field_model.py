@@ -274,7 +274,10 @@ class FieldModel(abc.ABC):
                 scale = c["sqrt_s"]
         else:
             scale = tf.cast(c["is_pos"], self.dtype)
-        modes = modes * tf.cast(scale, modes.dtype)
+        # tf.complex, not tf.cast: the Cast gradient back to real logs a "discards the
+        # imaginary part" warning at every trace (test_field_model pins this).
+        scale = tf.convert_to_tensor(scale, self.dtype)
+        modes = modes * tf.complex(scale, tf.zeros_like(scale))
         return irfft3d(modes, fft_length=self.grid.grid_shape, norm="ortho")
 
     def field_from_latents(self, *latents) -> tf.Tensor:

@@ -100,6 +100,25 @@ def test_gradient_matches_directional_finite_difference(likelihood, parametrizat
     assert abs(analytic - numeric) <= 1e-6 * (abs(analytic) + 1.0)
 
 
+def test_hyperparameter_gradient_logs_no_complex_cast_warning(caplog):
+    """The amplitude scales complex modes; a real-to-complex ``tf.cast`` there makes
+    TF's Cast gradient log "casting complex64 to float32 ... discard the imaginary part"
+    once per trace (it printed in every SBC worker). ``tf.complex`` has a real gradient."""
+    import logging
+
+    model, _ = build_model("tiny", "gaussian", "noncentred", sampled=True)
+    _, data, latents = _draw(model)
+    target = model.target_log_prob_fn(data)
+    with caplog.at_level(logging.WARNING, logger="tensorflow"):
+        with tf.GradientTape() as tape:
+            tape.watch(latents)
+            total = tf.reduce_sum(target(*latents))
+        grads = tape.gradient(total, latents)
+        tf.function(lambda *x: tf.gradients(tf.reduce_sum(target(*x)), x))(*latents)
+    assert all(g is not None for g in grads)
+    assert not [r for r in caplog.records if "casting" in r.getMessage()]
+
+
 @pytest.mark.parametrize("grid_key", ["even", "odd"])
 def test_gradient_gaussian_noncentred_matches_closed_form(grid_key):
     # d/dv log p = -v + T Q^T W (d - Q T v), Q = irfft_ortho . pack orthogonal.
