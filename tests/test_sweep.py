@@ -110,6 +110,24 @@ def _fail_on_odd(x: int) -> int:
     return 10 * x
 
 
+def test_worker_kill_at_shutdown_is_not_a_user_warning(caplog):
+    """The nanny's "still alive after 4.0 seconds, killing" at cluster close (all
+    results written) goes to DEBUG; any other nanny warning still shows."""
+    import logging
+
+    nanny = logging.getLogger("distributed.nanny")
+    with caplog.at_level(logging.WARNING):
+        with distributed._quiet_worker_kill():
+            nanny.warning("Worker process still alive after 4.0 seconds, killing")
+            nanny.warning("Worker process died unexpectedly")
+        nanny.warning("Worker process still alive after 4.0 seconds, killing")
+    messages = [r.getMessage() for r in caplog.records if r.name == "distributed.nanny"]
+    assert messages == [
+        "Worker process died unexpectedly",
+        "Worker process still alive after 4.0 seconds, killing",
+    ]
+
+
 def test_run_jobs_lists_failures_with_their_error_line(client):
     outcome = distributed.run_jobs(
         client, _fail_on_odd, [0, 1, 2, 3], ["a", "b", "c", "d"], progress=False
