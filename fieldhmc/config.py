@@ -36,7 +36,6 @@ import difflib
 import math
 import os
 import re
-import tempfile
 import textwrap
 import types
 from collections.abc import Mapping, Sequence
@@ -1160,7 +1159,8 @@ def write_yaml(mapping: Mapping[str, Any], path: str | os.PathLike[str]) -> Path
     """Atomically write :func:`dump_yaml` of ``mapping`` to ``path``.
 
     The text goes to a temporary file in the same directory, which then replaces
-    ``path``, so readers never see a partial file.
+    ``path``, so readers never see a partial file; the file gets the umask's
+    permissions like every other output (not the temporary file's ``0o600``).
 
     Parameters
     ----------
@@ -1174,19 +1174,10 @@ def write_yaml(mapping: Mapping[str, Any], path: str | os.PathLike[str]) -> Path
     pathlib.Path
         The written path.
     """
-    path = Path(path)
+    from fieldhmc import io  # atomic write with the umask's permissions, as every output
+
     text = dump_yaml(mapping)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return path
+    return io.atomic_write(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 # --------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fieldhmc import io
+from fieldhmc import config, io
 
 
 @pytest.fixture
@@ -37,6 +37,8 @@ def test_written_files_follow_the_umask(tmp_path, umask, mask):
         io.write_npy(tmp_path / "data" / "truth.npy", np.arange(3.0)),
         # a writer that replaces the temporary file (as netCDF/HDF5 and savefig do)
         io.atomic_write(tmp_path / "plots" / "a.png", lambda tmp: tmp.write_bytes(b"png")),
+        # configs written directly (sweep/sbc job configs, user scripts)
+        config.write_yaml({"a": 1}, tmp_path / "config.yaml"),
     ]
     for path in written:
         assert _mode(path) == expected, (path.name, oct(_mode(path)))
