@@ -26,8 +26,8 @@ import contextlib
 import logging
 import os
 import re
+import subprocess
 import sys
-import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -327,33 +327,48 @@ _NATIVE_LOG_LINE = re.compile(
 _THIRD_PARTY_WARNINGS = ((FutureWarning, r"\s*ArviZ is undergoing a major refactor"),)
 
 
-def _forward_native(read_fd: int, out_fd: int) -> None:
-    """Copy lines from ``read_fd`` to ``out_fd``, dropping TensorFlow's C++ chatter."""
-    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
-        pending = b""
-        while chunk := pipe.read(65536):
-            *lines, pending = (pending + chunk).split(b"\n")
-            kept = [line + b"\n" for line in lines if not _NATIVE_LOG_LINE.match(line)]
-            if kept:
-                os.write(out_fd, b"".join(kept))
-        if pending and not _NATIVE_LOG_LINE.match(pending):
-            os.write(out_fd, pending)
+# The filter runs in its own small process (no imports beyond os/re/signal), so a line
+# TensorFlow writes just before it aborts (a C++ "F... Check failed") is still read and
+# shown: a thread of the dying process would die with it before forwarding the line.
+_FILTER_PROGRAM = """
+import os, re, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the CLI's to handle
+drop = re.compile(sys.argv[1].encode("latin-1"))
+pending = b""
+while chunk := os.read(0, 65536):
+    *lines, pending = (pending + chunk).split(b"\\n")
+    kept = [line + b"\\n" for line in lines if not drop.match(line)]
+    if kept:
+        os.write(2, b"".join(kept))
+if pending and not drop.match(pending):
+    os.write(2, pending)
+"""
 
 
 @contextlib.contextmanager
 def _quiet_native_stderr() -> Iterator[None]:
-    """Route file descriptor 2 through :func:`_forward_native` for the duration.
+    """Route file descriptor 2 through a filter process dropping TensorFlow's C++ chatter.
 
     Python's own ``sys.stderr`` (logging, the progress bar) keeps writing to the original
     stream directly, so it stays a terminal when it was one.
     """
     sys.stderr.flush()
     saved = os.dup(2)
-    read_fd, write_fd = os.pipe()
-    os.dup2(write_fd, 2)
-    os.close(write_fd)
-    thread = threading.Thread(target=_forward_native, args=(read_fd, saved), daemon=True)
-    thread.start()
+    filter_proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            _FILTER_PROGRAM,
+            _NATIVE_LOG_LINE.pattern.decode("latin-1"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=saved,
+    )
+    os.dup2(filter_proc.stdin.fileno(), 2)
+    filter_proc.stdin.close()
     swapped = sys.stderr is sys.__stderr__ and sys.__stderr__ is not None
     if swapped:
         sys.stderr = open(  # noqa: SIM115 -- closed below
@@ -369,8 +384,11 @@ def _quiet_native_stderr() -> Iterator[None]:
                     handler.setStream(sys.__stderr__)
             sys.stderr.close()
             sys.stderr = sys.__stderr__
-        os.dup2(saved, 2)  # closes the pipe's last write end: the reader sees EOF
-        thread.join(timeout=5)
+        os.dup2(saved, 2)  # closes the pipe's last write end: the filter sees EOF
+        try:
+            filter_proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # a worker process still holds the pipe
+            filter_proc.kill()
         os.close(saved)
 
 

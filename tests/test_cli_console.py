@@ -61,6 +61,31 @@ def test_verbose_shows_everything(tmp_path):
     assert "ArviZ is undergoing a major refactor" in err
 
 
+def test_a_fatal_line_before_an_abort_is_shown(tmp_path):
+    """TensorFlow's C++ CHECK failures write one "F..." line and abort(): the filter
+    must forward it although the process dies at once (a thread of the dying process
+    lost it in 7 of 8 tries; three tries in a row would all pass by luck < 1%)."""
+    fatal = "F0000 00:00:1796291214.298026    6012 some_op.cc:52] Check failed: n > 0"
+    code = f"""
+        import os
+        from fieldhmc import cli
+        with cli._clean_console(0):
+            os.write(2, {(fatal + chr(10)).encode()!r})
+            os.abort()
+    """
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    for _ in range(3):
+        res = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert res.returncode != 0
+        assert fatal in res.stderr
+
+
 @pytest.mark.slow
 def test_real_tensorflow_import_prints_nothing(tmp_path):
     """TensorFlow 2.21 on a CPU machine prints oneDNN/CUDA lines and a cuInit error."""
