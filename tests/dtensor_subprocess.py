@@ -8,6 +8,7 @@ shared by its tests through a module-scoped fixture).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -35,3 +36,10 @@ def run_json(module: str, *args: str, timeout: float = 600) -> dict:
             f"{module} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
         )
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@functools.cache
+def default_results() -> dict:
+    """The default-run DTensor results of ``tests/ops`` and ``tests/samplers``, computed
+    once per test session in one subprocess (one TensorFlow start-up for both)."""
+    return run_json("tests.dtensor_cases")

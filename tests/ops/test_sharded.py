@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dtensor_subprocess import run_json
+from tests.dtensor_subprocess import default_results
 from tests.ops.sharded_cases import CASES, DTYPES
 
 TOL = {"float32": 1e-6, "float64": 1e-12}
@@ -19,7 +19,7 @@ U = "unsharded"
 
 @pytest.fixture(scope="module")
 def results():
-    return run_json("tests.ops.sharded_cases")
+    return default_results()["ops"]
 
 
 @pytest.mark.parametrize("case", IDS)
