@@ -29,10 +29,13 @@ The Hermitian projection :math:`H` of the self-paired planes commutes with the
 inverse transform along ``n0``, so the inverse applies it after step 3 as the
 rank-2 projection along the (then unsharded) ``n1`` axis, locally. Both transforms
 are ``tf.custom_gradient``s whose gradient calls the other (linear, differentiable)
-transform, so reverse mode, reverse-over-reverse and forward mode
-(``tf.autodiff.ForwardAccumulator``, which transposes the reverse-mode gradient)
-work; they run eagerly and inside ``tf.function``. XLA (``jit_compile=True``) is
-not used for DTensor programs: DTensor compiles its own SPMD program.
+transform, so reverse mode (and reverse-over-reverse) works, eagerly for values and
+inside ``tf.function`` for gradients (an eager ``GradientTape.gradient`` seeds the
+output gradient with a plain tensor, which DTensor rejects). **Forward mode is not
+available**: ``tf.autodiff.ForwardAccumulator`` through these custom gradients on
+DTensors segfaults in TF 2.21 (plain DTensor ops are fine; no upstream issue found).
+XLA (``jit_compile=True``) is not used for DTensor programs: DTensor compiles its
+own SPMD program.
 
 **Workaround** (TF 2.21): DTensor's all-to-all relayout (``DTensorAllToAll``, added
 in tensorflow/tensorflow#60075) returns wrong values for rank-4 tensors when the
