@@ -90,3 +90,16 @@ def test_local_projection_commutes_with_the_n0_transform(shape):
     np.testing.assert_allclose(local, full, rtol=0, atol=1e-13)
     # and it is not a no-op on this input (the test can fail)
     assert np.max(np.abs(local - ifft_n0(z).numpy())) > 1e-3
+
+
+def test_make_mesh_after_tensorflow_started_is_one_clear_error():
+    import tensorflow as tf
+
+    from fieldhmc.ops.sharded import make_mesh
+
+    tf.constant(1.0) + 1.0  # devices are initialised (they are, in a test session)
+    assert make_mesh(1).num_local_devices() == 1  # what exists is fine
+    with pytest.raises(ValueError, match="TensorFlow has initialised its devices already"):
+        make_mesh(4)
+    with pytest.raises(ValueError, match="devices must be 'cpu' or 'gpu'"):
+        make_mesh(2, "tpu")
