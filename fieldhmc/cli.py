@@ -461,8 +461,17 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _make_mesh(config: Config) -> None:
+    """Create the mesh's (virtual CPU) devices before TensorFlow initialises any."""
+    if config.distribution is not None:
+        from fieldhmc.ops.sharded import make_mesh
+
+        make_mesh(config.distribution.mesh[0], config.distribution.devices)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     config = _load(args)
+    _make_mesh(config)
     if args.out is not None:
         config = config.with_output_directory(args.out)
     out_dir = config.outputs.directory

@@ -940,6 +940,56 @@ class OutputsConfig(BaseModel):
         return _absolute(value, None)
 
 
+class DistributionConfig(BaseModel):
+    """Shard the field over a 1-D DTensor mesh (``docs/distributed-fields.md``)."""
+
+    model_config = _FROZEN
+
+    mesh: tuple[int] = Field(
+        description="Devices of the 1-D mesh, e.g. [4]; must divide grid.shape[0] and [1]."
+    )
+    devices: Literal["cpu", "gpu"] = Field(
+        "cpu", description="cpu: virtual CPU devices made by the CLI; gpu: the host's GPUs."
+    )
+
+    @field_validator("mesh")
+    @classmethod
+    def _positive(cls, value: tuple[int]) -> tuple[int]:
+        if value[0] < 1:
+            raise ValueError(f"must be a positive device count (got {value[0]})")
+        return value
+
+
+def _check_distribution(config: "Config") -> None:
+    """What the sharded path supports: non-centred Gaussian, fixed hyperparameters, hmc."""
+    dist = config.distribution
+    num = dist.mesh[0]
+    n0, n1 = config.grid.shape[:2]
+    if n0 % num or n1 % num:
+        raise _field_error(
+            "distribution.mesh",
+            f"{num} devices must divide grid.shape[0] and [1] (got {n0} and {n1})",
+        )
+    problems = [
+        (config.sampler.kind != "hmc", f"sampler.kind=hmc (got {config.sampler.kind})"),
+        (config.sampler.jitter_leapfrog, "sampler.jitter_leapfrog=false"),
+        (
+            config.sampler.preconditioner != "identity",
+            f"sampler.preconditioner=identity (got {config.sampler.preconditioner})",
+        ),
+        (
+            config.model.likelihood.kind not in GAUSSIAN_LIKELIHOODS,
+            f"a gaussian likelihood (got {config.model.likelihood.kind})",
+        ),
+        (config.model.forward is not None, "the identity forward model"),
+        (config.model.hyperparameters.is_any_sampled, "fixed hyperparameters"),
+        (config.model.parametrisation != "noncentred", "model.parametrisation=noncentred"),
+    ]
+    for bad, needed in problems:
+        if bad:
+            raise _field_error("distribution", f"the sharded sampler needs {needed}")
+
+
 class Config(BaseModel):
     """A complete, validated fieldhmc run configuration (immutable).
 
@@ -956,6 +1006,9 @@ class Config(BaseModel):
     outputs: OutputsConfig = Field(default_factory=OutputsConfig, description="Run outputs.")
     precision: Literal["float32", "float64"] = Field(
         "float32", description="Floating-point precision of the computation."
+    )
+    distribution: DistributionConfig | None = Field(
+        None, description="Shard the field over a device mesh; null runs on one device."
     )
 
     @model_validator(mode="after")
@@ -987,6 +1040,8 @@ class Config(BaseModel):
                 raise _field_error(
                     "sampler.init", "wiener needs fixed hyperparameters (some are sampled)"
                 )
+        if self.distribution is not None:
+            _check_distribution(self)
         num_modes = shape[0] * shape[1] * (shape[2] // 2 + 1)
         if self.outputs.tracked_modes > num_modes:
             raise _field_error(

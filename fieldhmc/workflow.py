@@ -431,16 +431,81 @@ def run(
 ) -> io.RunDirectory:
     """Simulate or load data, sample, write the run directory, diagnose and (if
     ``plots``) plot."""
+    if config.distribution is not None:  # the mesh's devices before any TF op
+        from fieldhmc.ops.sharded import make_mesh
+
+        make_mesh(config.distribution.mesh[0], config.distribution.devices)
     model = build_model(config)
     d = _obtain_data(config, model)
     rundir = io.prepare_run_directory(out_dir, overwrite)
     _write_config(rundir, config)
     _write_data(rundir, model, d)
+    if config.distribution is not None:
+        _sample_sharded(rundir, config, model, d.data)
+        return rundir
     _sample(rundir, config, model, d.data, resume_run=False, progress=progress)
     diagnose(rundir.root)
     if plots:
         plot(rundir.root)
     return rundir
+
+
+def _sample_sharded(run: io.RunDirectory, config: cfg.Config, model, data) -> None:
+    """A ``distribution`` run: :func:`fieldhmc.samplers.sharded.run_sharded_hmc` on the mesh.
+
+    Standalone for now (no chunks, checkpoints, trace store, diagnostics or plots):
+    writes ``sharded.npz`` (per-draw log density and acceptance, the final latent
+    and overdensity) and ``summary.json``. See ``docs/distributed-fields.md``.
+    """
+    import time
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops.sharded import gather, make_mesh
+    from fieldhmc.samplers.sharded import run_sharded_hmc
+
+    dist, s = config.distribution, config.sampler
+    mesh = make_mesh(dist.mesh[0], dist.devices)
+    target = ShardedGaussianTarget(model, data, mesh)
+    rng = np.random.default_rng(s.seed)
+    init = target.shard(rng.standard_normal((s.num_chains, *model.grid.grid_shape)))
+    start = time.perf_counter()
+    res = run_sharded_hmc(
+        target.value_and_gradient,
+        init,
+        step_size=s.step_size,
+        num_leapfrog_steps=s.num_leapfrog_steps,
+        num_results=s.num_results,
+        num_burnin_steps=s.num_burnin_steps,
+        seed=s.seed,
+        mesh=mesh,
+    )
+    seconds = time.perf_counter() - start
+    arrays = {
+        "target_log_prob": res.target_log_prob,
+        "is_accepted": res.is_accepted,
+        "final_latent": gather(res.state),
+        "final_delta": gather(target.delta(res.state)),
+    }
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+    io.atomic_write(run.root / "sharded.npz", write)
+    summary = {
+        "mesh": list(dist.mesh),
+        "devices": dist.devices,
+        "acceptance_rate": float(res.is_accepted.mean()),
+        "seconds": seconds,
+    }
+    io.write_json(run.summary, summary)
+    _log.info(
+        "sharded run on %d %s devices: acceptance %.2f in %.0f s",
+        dist.mesh[0],
+        dist.devices,
+        summary["acceptance_rate"],
+        seconds,
+    )
 
 
 def resume(run_dir: Path, num_results: int | None = None, progress: bool = True) -> io.RunDirectory:

@@ -351,7 +351,15 @@ def test_config_schema_prints(capsys: pytest.CaptureFixture[str]) -> None:
 def test_config_schema_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["config-schema", "--json"]) == 0
     schema = json.loads(capsys.readouterr().out)
-    assert set(schema["properties"]) == {"grid", "model", "data", "sampler", "outputs", "precision"}
+    assert set(schema["properties"]) == {
+        "grid",
+        "model",
+        "data",
+        "sampler",
+        "outputs",
+        "precision",
+        "distribution",
+    }
 
 
 def test_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

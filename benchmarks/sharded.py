@@ -1,0 +1,243 @@
+"""Sharded (DTensor slab) gradients: all-to-all bytes, time on 1/2/4 devices, memory.
+
+``python benchmarks/sharded.py [--grids 32 64] [--memory-grid 128]`` prints
+
+1. **communication per gradient** of the Gaussian target: the number of all-to-all
+   exchanges in the traced value-and-gradient (counted while tracing) times the bytes
+   each moves, ``(P-1)/P * chains * n0 * n1 * (n2//2+1) * complex bytes``;
+2. **ms per gradient** (median, round-robin) of the plain single-device target
+   (``fieldhmc.ops``) and of the sharded one on meshes of 1, 2 and 4 virtual CPU
+   devices of this process. Virtual devices share the machine's cores, so this
+   measures DTensor's overhead, not a speed-up;
+3. **memory per device at 128³** (4 chains, float32), each mode in a fresh process:
+   the peak RSS increase of one value-and-gradient over the process after making the
+   state, for one device (plain) and for a 4-device mesh. Virtual devices share one
+   address space, so the per-device figure is the total / 4 (DTensor components are
+   equal by construction); the size of each device's component of the state is
+   printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CHAINS = 4
+
+
+def _problem(n: int):
+    import tensorflow as tf
+
+    from fieldhmc import models
+    from fieldhmc.seeds import stateless_seed
+
+    grid = models.Grid((n, n, n), 100.0 * n / 32)
+    model = models.GaussianFieldModel(
+        grid, models.PowerLaw(1000.0, -1.5, 0.1), sigma=2.0, dtype=tf.float32
+    )
+    data = model.sample(seed=stateless_seed(7))["data"].numpy()
+    return model, data
+
+
+def _state(target, n: int, mesh):
+    """A standard-normal state made on the devices (no host copy of the field)."""
+    import tensorflow as tf
+
+    from fieldhmc.samplers.sharded import _global_index, _key, index_normal
+
+    index = _global_index((CHAINS, n, n, n), mesh)
+    return tf.function(
+        lambda: index_normal(index, _key(0, tf.constant(0, tf.int64), 0), tf.float32)
+    )()
+
+
+def _block(out):
+    from tensorflow.experimental import dtensor
+
+    lp = out[0]
+    return [c.numpy() for c in dtensor.unpack(lp)] if dtensor.is_dtensor(lp) else lp.numpy()
+
+
+def exchanges_per_gradient(n: int, mesh) -> int:
+    """Count the all-to-all exchanges traced into one value-and-gradient."""
+    import tensorflow as tf
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import sharded
+
+    model, data = _problem(n)
+    target = ShardedGaussianTarget(model, data, mesh)
+    count = {"n": 0}
+    original = sharded._exchange
+
+    def counting(t, layout):
+        count["n"] += 1
+        return original(t, layout)
+
+    sharded._exchange = counting
+    try:
+        tf.function(target.value_and_gradient).get_concrete_function(_state(target, n, mesh))
+    finally:
+        sharded._exchange = original
+    return count["n"]
+
+
+def timing(grids, repeats: int) -> None:
+    import tensorflow as tf
+    from _timing import median_seconds
+    from tensorflow.experimental import dtensor
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import sharded
+
+    sharded.make_mesh(4)
+    meshes = {
+        p: dtensor.create_mesh([("x", p)], devices=[f"CPU:{i}" for i in range(p)])
+        for p in (1, 2, 4)
+    }
+    print(
+        "\n1. all-to-all volume per gradient (Gaussian target, value + gradient, float32, "
+        f"{CHAINS} chains)"
+    )
+    print("  grid |  P | exchanges | MiB per exchange | MiB per gradient | per device MiB")
+    for n in grids:
+        m = n // 2 + 1
+        for p in (2, 4):
+            k = exchanges_per_gradient(n, meshes[p])
+            per = (p - 1) / p * CHAINS * n * n * m * 8
+            print(
+                f"  {n:3d}³ | {p:2d} | {k:9d} | {per / 2**20:16.2f} | {k * per / 2**20:16.2f} |"
+                f" {k * per / p / 2**20:14.2f}"
+            )
+    print(
+        f"\n2. ms per value-and-gradient (median of {repeats}, round-robin; virtual devices "
+        "share 2 cores)"
+    )
+    print("  grid | plain (fieldhmc.ops) | P=1 mesh | P=2 mesh | P=4 mesh | P=4 / plain")
+    for n in grids:
+        model, data = _problem(n)
+        fns = {}
+        for name, mesh in [("plain", None), *((f"P={p}", meshes[p]) for p in (1, 2, 4))]:
+            target = ShardedGaussianTarget(model, data, mesh)
+            x = _state(target, n, mesh)
+            f = tf.function(target.value_and_gradient)
+            fns[name] = lambda f=f, x=x: _block(f(x))
+        t = median_seconds(fns, repeats=repeats, warmup=2)
+        ms = {k: 1e3 * v for k, v in t.items()}
+        print(
+            f"  {n:3d}³ | {ms['plain']:20.1f} | {ms['P=1']:8.1f} | {ms['P=2']:8.1f} |"
+            f" {ms['P=4']:8.1f} | {t['P=4'] / t['plain']:11.2f}"
+        )
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _hwm_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM")
+
+
+def memory_worker(n: int, p: int) -> None:
+    """One mode in this process: print JSON {state, peak increase, component bytes}."""
+    import tensorflow as tf
+    from tensorflow.experimental import dtensor
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import sharded
+
+    mesh = sharded.make_mesh(4) if p > 1 else None
+    if mesh is not None and p != 4:
+        mesh = dtensor.create_mesh([("x", p)], devices=[f"CPU:{i}" for i in range(p)])
+    model, data = _problem(n)
+    target = ShardedGaussianTarget(model, data, mesh)
+    x = _state(target, n, mesh)
+    f = tf.function(target.value_and_gradient)
+    f.get_concrete_function(x)  # compile outside the measurement
+    comp = dtensor.unpack(x)[0] if dtensor.is_dtensor(x) else x
+    del model, data
+    _reset_peak()
+    base = _rss_bytes()
+    out = f(x)
+    _block(out)
+    peak = _hwm_bytes() - base
+    print(
+        json.dumps(
+            {
+                "peak_increase": peak,
+                "component_bytes": int(comp.shape.num_elements() * 4),
+                "field_bytes": CHAINS * n**3 * 4,
+                "rss_resource": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            }
+        )
+    )
+
+
+def memory(n: int) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    rows = {}
+    for p in (1, 4):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--memory-worker", str(n), str(p)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        rows[p] = json.loads(proc.stdout.strip().splitlines()[-1])
+    field = rows[1]["field_bytes"]
+    print(
+        f"\n3. memory of one value-and-gradient at {n}³ x {CHAINS} chains (float32; one "
+        f"state = {field / 2**20:.0f} MiB), fresh process each"
+    )
+    print(
+        "  mode | state per device MiB | peak increase MiB (all devices) | per device MiB |"
+        " per device / single device | increase in states"
+    )
+    single = rows[1]["peak_increase"]
+    for p, r in rows.items():
+        per_dev = r["peak_increase"] / p
+        print(
+            f"  {'1 dev' if p == 1 else f'P={p} '} | {r['component_bytes'] / 2**20:20.1f} |"
+            f" {r['peak_increase'] / 2**20:31.1f} | {per_dev / 2**20:14.1f} |"
+            f" {per_dev / single:26.3f} | {r['peak_increase'] / field:18.2f}"
+        )
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grids", type=int, nargs="+", default=[32, 64])
+    parser.add_argument("--memory-grid", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--memory-worker", type=int, nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.memory_worker:
+        memory_worker(*args.memory_worker)
+        return
+    memory(args.memory_grid)
+    timing(args.grids, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

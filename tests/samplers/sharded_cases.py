@@ -1,0 +1,153 @@
+"""Sharded-target and sharded-HMC computations for ``tests/samplers/test_sharded.py``.
+
+``python -m tests.samplers.sharded_cases [--slow]`` makes 4 virtual CPU devices and
+prints one JSON line of results.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+GRID = (8, 8, 8)
+
+
+def _problem(masked: bool, dtype):
+    import tensorflow as tf
+
+    from fieldhmc import models
+    from fieldhmc.seeds import stateless_seed
+
+    grid = models.Grid(GRID, 100.0)
+    power = models.PowerLaw(1000.0, -1.5, 0.1)
+    mask = models.make_mask(grid, "slab", 0.25, seed=3) if masked else None
+    model = models.GaussianFieldModel(grid, power, sigma=2.0, mask=mask, dtype=tf.as_dtype(dtype))
+    data = np.asarray(model.sample(seed=stateless_seed(7))["data"])
+    return model, data
+
+
+def target_cases(mesh):
+    """Sharded log density and gradient vs the model's own, at x(xi)."""
+    import tensorflow as tf
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import sharded as sh
+
+    out = {}
+    for masked, dtype in ((False, "float32"), (True, "float64")):
+        model, data = _problem(masked, dtype)
+        xi = np.random.default_rng(1).standard_normal((3, *GRID))
+        target = ShardedGaussianTarget(model, data, mesh)
+        lp, grad = tf.function(target.value_and_gradient)(target.shard(xi))
+        lp, grad = sh.gather(lp), sh.gather(grad)
+        # The model's own target at x(xi) (float64 model, same data), and its
+        # gradient mapped back to xi by the (orthogonal) inverse map.
+        model64, _ = _problem(masked, "float64")
+        x = tf.constant(target.model_latent(xi))
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            ref = model64.target_log_prob_fn(data)(x)
+        gx = tape.gradient(ref, x).numpy()
+        ref_grad = target.latent_from_model(gx)
+        out[f"{'masked' if masked else 'unmasked'}-{dtype}"] = {
+            "lp_rel": float(np.max(np.abs(lp - ref.numpy()) / np.abs(ref.numpy()))),
+            "grad_rel": float(np.max(np.abs(grad - ref_grad)) / np.max(np.abs(ref_grad))),
+            "lp_dtype": str(lp.dtype),
+        }
+    return out
+
+
+def _hmc(model, data, mesh, num_results, num_burnin, seed, step_size, steps, chains=4):
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import sharded as sh
+    from fieldhmc.samplers.sharded import run_sharded_hmc
+
+    target = ShardedGaussianTarget(model, data, mesh)
+    init = np.random.default_rng(seed).standard_normal((chains, *GRID))
+    t0 = time.perf_counter()
+    res = run_sharded_hmc(
+        target.value_and_gradient,
+        target.shard(init),
+        step_size=step_size,
+        num_leapfrog_steps=steps,
+        num_results=num_results,
+        num_burnin_steps=num_burnin,
+        seed=seed,
+        mesh=mesh,
+        record_fn=(lambda x: sh.gather(x)) if mesh is not None else (lambda x: x.numpy()),
+    )
+    return res, np.stack(res.records), time.perf_counter() - t0
+
+
+def reproducibility(mesh, dtypes=("float64",), num_results=6, steps=3):
+    out = {}
+    for dtype in dtypes:
+        model, data = _problem(True, dtype)
+        r1, d1, t1 = _hmc(model, data, None, num_results, 0, 5, 0.4, steps)
+        r4, d4, t4 = _hmc(model, data, mesh, num_results, 0, 5, 0.4, steps)
+        out[dtype] = {
+            "max_draw_diff": float(np.max(np.abs(d1 - d4))),
+            "draw_scale": float(np.max(np.abs(d1))),
+            "same_accepts": bool(np.array_equal(r1.is_accepted, r4.is_accepted)),
+            "accept_rate": float(r1.is_accepted.mean()),
+            "max_lp_diff": float(np.max(np.abs(r1.target_log_prob - r4.target_log_prob))),
+            "seconds_1dev": t1,
+            "seconds_4dev": t4,
+        }
+    return out
+
+
+def wiener_ztest(mesh, masked: bool, num_results: int):
+    """MCSE-scaled z-scores of every latent's posterior mean and variance."""
+    from scipy import stats
+
+    from fieldhmc import models
+    from fieldhmc.diagnostics import ess_bulk
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+
+    model, data = _problem(masked, "float64")
+    dense = models.dense_posterior(model, data)
+    res, draws, secs = _hmc(model, data, mesh, num_results, 50, 11, 0.3, 5)
+    target = ShardedGaussianTarget(model, data, None)
+    x = target.model_latent(draws)  # [draws, chains, *grid]: the model's latent
+    post = np.moveaxis(x, 0, 1).reshape(x.shape[1], x.shape[0], -1)
+    mean, var = dense.mean.reshape(-1), np.diag(dense.covariance)
+    z_mean = (post.mean(axis=(0, 1)) - mean) / np.sqrt(var / ess_bulk(post))
+    sq = (post - mean) ** 2
+    z_var = (sq.mean(axis=(0, 1)) - var) / (var * np.sqrt(2.0 / ess_bulk(sq)))
+    z = np.concatenate([z_mean, z_var])
+    chi2 = float(np.sum(z**2))
+    p = 2 * min(stats.chi2.sf(chi2, z.size), stats.chi2.cdf(chi2, z.size))
+    return {
+        "p": float(p),
+        "max_abs_z": float(np.max(np.abs(z))),
+        "num_z": int(z.size),
+        "accept_rate": float(res.is_accepted.mean()),
+        "seconds": secs,
+    }
+
+
+def results(slow: bool) -> dict:
+    from fieldhmc.ops import sharded as sh
+
+    mesh = sh.make_mesh(4)
+    if slow:
+        results = {m: wiener_ztest(mesh, m == "masked", 400) for m in ("unmasked", "masked")}
+        results["repro"] = reproducibility(mesh, ("float64", "float32"), 30, 5)
+    else:
+        results = {"target": target_cases(mesh), "repro": reproducibility(mesh)}
+    return results
+
+
+def main() -> None:
+    from fieldhmc.ops import sharded as sh
+
+    sh.make_mesh(4)
+    sys.stdout.write(json.dumps(results("--slow" in sys.argv)) + "\n")
+
+
+if __name__ == "__main__":
+    main()
