@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dtensor_subprocess import default_results
-from tests.ops.sharded_cases import CASES, DTYPES
+from tests.dtensor_subprocess import default_results, run_json
+from tests.ops.sharded_cases import CASES, DEFAULT, DTYPES
 
 TOL = {"float32": 1e-6, "float64": 1e-12}
-IDS = [f"{c[0]}-{d}" for c in CASES for d in DTYPES]
+IDS = [
+    pytest.param(i, id=i, marks=() if i in DEFAULT else pytest.mark.slow)
+    for i in (f"{c[0]}-{d}" for c in CASES for d in DTYPES)
+]
 U = "unsharded"
 
 
@@ -22,31 +25,43 @@ def results():
     return default_results()["ops"]
 
 
+@pytest.fixture(scope="module")
+def every_result():
+    return run_json("tests.ops.sharded_cases", "--all", timeout=1800)
+
+
+@pytest.fixture
+def case_results(request, case):
+    """The default subprocess's results for a default case, else the ``--all`` run's."""
+    name = "results" if case in DEFAULT else "every_result"
+    return request.getfixturevalue(name)[case]
+
+
 @pytest.mark.parametrize("case", IDS)
-def test_values_match_numpy_rfftn_and_irfftn(results, case):
-    r = results[case]
+def test_values_match_numpy_rfftn_and_irfftn(case_results, case):
+    r = case_results
     tol = TOL[case.rsplit("-", 1)[1]]
     assert r["rfft_value"] < tol
     assert r["irfft_value"] < tol  # random, non-Hermitian input: numpy's c2r convention
 
 
 @pytest.mark.parametrize("case", IDS)
-def test_dot_product_adjoint(results, case):
+def test_dot_product_adjoint(case_results, case):
     tol = TOL[case.rsplit("-", 1)[1]]
-    assert results[case]["rfft_adjoint"] < tol
-    assert results[case]["irfft_adjoint"] < tol
+    assert case_results["rfft_adjoint"] < tol
+    assert case_results["irfft_adjoint"] < tol
 
 
 @pytest.mark.parametrize("case", IDS)
-def test_gradients_match_single_device_ops(results, case):
+def test_gradients_match_single_device_ops(case_results, case):
     tol = TOL[case.rsplit("-", 1)[1]]
-    assert results[case]["rfft_grad_vs_ops"] < tol
-    assert results[case]["irfft_grad_vs_ops"] < tol
+    assert case_results["rfft_grad_vs_ops"] < tol
+    assert case_results["irfft_grad_vs_ops"] < tol
 
 
 @pytest.mark.parametrize("case", IDS)
-def test_layouts_and_dtypes(results, case):
-    r = results[case]
+def test_layouts_and_dtypes(case_results, case):
+    r = case_results
     assert r["spectrum_specs"] == [U, U, "x", U]
     assert r["field_specs"] == [U, "x", U, U]
     assert r["spectrum_dtype"] == ("complex64" if case.endswith("float32") else "complex128")
