@@ -204,6 +204,23 @@ def test_bad_user_function_exits_2_in_one_line_and_writes_nothing(tmp_path, caps
         assert len(err) == 1, err
         assert err[0].startswith("config error: model.forward.target:") and match in err[0]
         assert not out.exists()
+    # validate imports and checks the function as run does; it writes nothing
+    before = sorted(p.name for p in tmp_path.iterdir())
+    capsys.readouterr()
+    assert cli.main(["-q", "validate", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("config error: model.forward.target:") and match in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_validate_checks_a_good_user_function(tmp_path, capsys):
+    forward = '{kind: python, target: "tests.models.user_forward:biased_tracer"}'
+    config = _config(tmp_path, forward)
+    assert cli.main(["validate", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "forward tests.models.user_forward:biased_tracer checked" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["user.yaml"]
 
 
 def test_docs_example_is_the_tested_user_function():
