@@ -100,7 +100,14 @@ def test_expected_coverage_is_exact_for_ar1_chains(rho):
         assert (0.95 - observed[-1]) / se > 3, observed  # nominal would be rejected
 
 
-def recover(n: int, num_results: int, num_burnin: int, num_chains: int = 4, seed: int = 5):
+def recover(
+    n: int,
+    num_results: int,
+    num_burnin: int,
+    num_chains: int = 4,
+    seed: int = 5,
+    num_leapfrog_steps: int = 16,
+):
     grid = models.Grid((n, n, n), CELL * n)
     forward = models.ZeldovichForward(grid, growth=GROWTH)
     model = models.GaussianFieldModel(grid, POWER, SIGMA, forward=forward, dtype=tf.float32)
@@ -111,7 +118,7 @@ def recover(n: int, num_results: int, num_burnin: int, num_chains: int = 4, seed
         num_chains=num_chains,
         num_burnin_steps=num_burnin,
         num_results=num_results,
-        num_leapfrog_steps=16,
+        num_leapfrog_steps=num_leapfrog_steps,
         jitter_leapfrog=True,
         step_size=0.1,
         chunk_size=100,
