@@ -23,8 +23,9 @@ Both are piecewise linear in the positions; their derivative with respect to
 
 Gradients are registered with :func:`tf.custom_gradient`: the backward pass of paint
 is one 8-corner readout of the upstream gradient (values and position derivatives
-from the same 8 gathers), and that of readout one paint plus the same gathers. No
-intermediate of the forward pass is kept. Everything is TensorFlow (scatter with
+from the same 8 gathers), and that of readout one paint plus the same gathers. The
+backward pass reuses the forward pass's corner indices and fractions (one int32 and
+three float fields of particles). Everything is TensorFlow (scatter with
 :func:`tf.tensor_scatter_nd_add`, gathers with :func:`tf.gather`), batched over a
 leading axis and XLA-compatible.
 

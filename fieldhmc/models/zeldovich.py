@@ -31,8 +31,8 @@ the ``posterior`` preconditioner) is
 :math:`\\to D` at low :math:`k` and 0 on the Nyquist planes (:math:`h_a` the cell size).
 
 Cost per value and gradient: 1 rfft3d + 3 irfft3d forward (the three components
-are one batched transform), 3 rfft3d + 1 irfft3d backward (the FFT adjoints of
-:mod:`fieldhmc.ops`), one 8-corner scatter forward and 8 gathers backward
+are one batched transform), 3 rfft3d + 1 irfft3d backward (the registered adjoint
+of :meth:`ZeldovichForward.displacement`), one 8-corner scatter forward and 8 gathers backward
 (:mod:`fieldhmc.models.cic`); smoothing adds one rfft3d + irfft3d pair each way.
 
 References
