@@ -9,7 +9,13 @@ one process (medians):
 * ``zel``: value and gradient of :math:`\\langle F(\\delta), r\\rangle` with respect to
   :math:`\\delta` for :class:`fieldhmc.models.ZeldovichForward` (no smoothing) -- what
   one leapfrog step of the sampler pays for the forward model;
-* ``zel+smooth``: the same with Gaussian smoothing (one more FFT pair each way).
+* ``zel+smooth``: the same with Gaussian smoothing (one more FFT pair each way);
+* where the time goes: ``disp``, value and gradient of the displacement alone
+  (:meth:`~fieldhmc.models.ZeldovichForward.displacement`: 1 rfft3d + 3 irfft3d
+  forward, 3 rfft3d + 1 irfft3d backward, the three components batched), and
+  ``cic``, value and position gradient of the unit-mass CIC paint alone (one scatter
+  of 8 corners per particle forward, one gather of 8 corners backward) at the
+  Zel'dovich positions.
 
 Target: ``zel / pair <= 4``. Memory: the peak of TensorFlow's CPU allocator during
 one call (``tf.config.experimental.get_memory_info``, reset before each; it holds
@@ -68,12 +74,29 @@ def bench(n: int, repeats: int, num_chains: int) -> dict[str, float]:
 
         return vg
 
-    zel = make_vg(models.ZeldovichForward(grid, growth=1.0))
+    forward = models.ZeldovichForward(grid, growth=1.0)
+    zel = make_vg(forward)
     smooth = make_vg(models.ZeldovichForward(grid, growth=1.0, smoothing=8.0))
+    disp = make_vg(forward.displacement)
+    r3 = tf.constant(rng.standard_normal((num_chains, 3, *shape)).astype(np.float32))
+    q = np.stack(np.meshgrid(*map(np.arange, shape), indexing="ij")).astype(np.float32)
+    positions = tf.reshape(
+        tf.transpose(q + forward.displacement(delta), [0, 2, 3, 4, 1]), [num_chains, -1, 3]
+    )
+
+    @jit
+    def cic(x, g):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(models.cic_paint(x, None, shape) * g)
+        return y, tape.gradient(y, x)
+
     fns = {
         "pair": lambda: _block(pair(z, r)),
         "zel": lambda: _block(zel(delta, r)),
         "zel+smooth": lambda: _block(smooth(delta, r)),
+        "disp": lambda: _block(disp(delta, r3)),
+        "cic": lambda: _block(cic(positions, r)),
     }
     times = median_seconds(fns, repeats)
     field_bytes = 4 * n**3 * num_chains
@@ -93,7 +116,8 @@ def main(argv=None) -> int:
     print(f"Zel'dovich forward model, value+gradient, {args.chains} chain(s), float32, XLA")
     print(
         f"{'n':>5} {'pair ms':>9} {'zel ms':>9} {'zel/pair':>9} {'smooth ms':>10} "
-        f"{'smooth/pair':>12} {'peak mem (fields): pair':>24} {'zel':>6} {'smooth':>7}"
+        f"{'smooth/pair':>12} {'disp/pair':>10} {'cic/pair':>9} "
+        f"{'peak mem (fields): pair':>24} {'zel':>6} {'smooth':>7}"
     )
     worst = 0.0
     for n in args.sizes:
@@ -103,6 +127,7 @@ def main(argv=None) -> int:
         print(
             f"{n:>5} {b['ms_pair']:>9.2f} {b['ms_zel']:>9.2f} {ratio:>9.2f} "
             f"{b['ms_zel+smooth']:>10.2f} {b['ms_zel+smooth'] / b['ms_pair']:>12.2f} "
+            f"{b['ms_disp'] / b['ms_pair']:>10.2f} {b['ms_cic'] / b['ms_pair']:>9.2f} "
             f"{b['mem_pair']:>24.1f} {b['mem_zel']:>6.1f} {b['mem_zel+smooth']:>7.1f}"
         )
     print(f"target zel/pair <= 4: {'met' if worst <= 4 else 'NOT met'} (worst {worst:.2f})")

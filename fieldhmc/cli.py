@@ -573,8 +573,12 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     config = _load(args)
-    estimate = _check_memory(args, config)
-    print(f"ok: {args.config}: {config.summary()}; peak memory {estimate}")
+    estimate = _check_memory(args, config)  # first, as run does
+    checked = ""
+    if config.model.forward is not None and config.model.forward.kind == "python":
+        # imports TensorFlow and the user's module and checks it as run would
+        checked = f"; forward {_workflow().check_forward(config)} checked"
+    print(f"ok: {args.config}: {config.summary()}; peak memory {estimate}{checked}")
     return EXIT_OK
 
 

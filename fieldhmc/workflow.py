@@ -134,6 +134,31 @@ def build_model(
         raise cfg.ConfigError("model.forward.target", str(exc)) from None
 
 
+def check_forward(config: cfg.Config) -> str | None:
+    """Import and check a ``model.forward`` of kind ``python`` exactly as ``run`` does.
+
+    Builds the model (:func:`build_model`), which imports ``target`` and runs
+    :func:`~fieldhmc.models.check_forward_fn` on a two-chain prior draw of the
+    configured grid and precision: signature, a ``tf.Tensor`` of the right shape and
+    dtype, finite values, a finite non-zero gradient, an XLA compile. Writes nothing.
+
+    Returns
+    -------
+    str or None
+        The checked ``target``, or ``None`` if there is no user forward function.
+
+    Raises
+    ------
+    fieldhmc.config.ConfigError
+        As :func:`build_model` (one line naming ``model.forward.target``).
+    """
+    forward = config.model.forward
+    if forward is None or forward.kind != "python":
+        return None
+    build_model(config)
+    return forward.target
+
+
 @dataclass
 class _Data:
     data: np.ndarray
@@ -672,9 +697,7 @@ def plot(run_dir: Path) -> list[Path]:
     def save(fig_or_ax, name):
         fig = getattr(fig_or_ax, "figure", fig_or_ax)
         path = rundir.plots / f"{name}.png"
-        io.atomic_write(
-            path, lambda tmp: fig.savefig(tmp, dpi=110, format="png")
-        )
+        io.atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
         written.append(path)
 
     hyper = [n for n in ("log_amplitude", "index") if n in posterior]

@@ -23,8 +23,9 @@ Both are piecewise linear in the positions; their derivative with respect to
 
 Gradients are registered with :func:`tf.custom_gradient`: the backward pass of paint
 is one 8-corner readout of the upstream gradient (values and position derivatives
-from the same 8 gathers), and that of readout one paint plus the same gathers. No
-intermediate of the forward pass is kept. Everything is TensorFlow (scatter with
+from the same 8 gathers), and that of readout one paint plus the same gathers. The
+backward pass reuses the forward pass's corner indices and fractions (one int32 and
+three float fields of particles). Everything is TensorFlow (scatter with
 :func:`tf.tensor_scatter_nd_add`, gathers with :func:`tf.gather`), batched over a
 leading axis and XLA-compatible.
 
@@ -75,28 +76,38 @@ def _paint_flat(components, weights, grid_shape) -> tf.Tensor:
 
     One scatter of the ``8 P`` corner weights :math:`m_p W_c(x_p)`.
     """
-    index, (f0, f1, f2) = _corners(components, grid_shape)
-    w0 = tf.stack([1.0 - f0, f0], -1)[..., :, None, None] * weights[..., None, None, None]
+    index, fracs = _corners(components, grid_shape)
+    return _scatter(index, fracs, weights, grid_shape)
+
+
+def _scatter(index, fracs, weights, grid_shape) -> tf.Tensor:
+    """Scatter of the corner weights of ``(index, fracs)`` (:func:`_corners`) times
+    ``weights`` ``[batch, P]`` (``None``: unit masses)."""
+    f0, f1, f2 = fracs
+    w0 = tf.stack([1.0 - f0, f0], -1)[..., :, None, None]
+    if weights is not None:
+        w0 = w0 * weights[..., None, None, None]
     w1 = tf.stack([1.0 - f1, f1], -1)[..., None, :, None]
     w2 = tf.stack([1.0 - f2, f2], -1)[..., None, None, :]
-    batch = tf.shape(weights)[0]
+    batch = tf.shape(index)[0]
     size = batch * int(grid_shape[0]) * int(grid_shape[1]) * int(grid_shape[2])
     out = tf.tensor_scatter_nd_add(
-        tf.zeros(tf.reshape(size, [1]), weights.dtype),
+        tf.zeros(tf.reshape(size, [1]), f0.dtype),
         tf.reshape(index, [-1, 1]),
         tf.reshape(w0 * w1 * w2, [-1]),
     )
     return tf.reshape(out, tf.concat([[batch], tf.constant(grid_shape, tf.int32)], 0))
 
 
-def _interpolate(field: tf.Tensor, components, grid_shape, *, with_positions: bool):
-    """Readout of ``field`` ``[batch, n0, n1, n2]`` at the positions: values
-    ``[batch, P]`` and, if ``with_positions``, the 3 position derivatives ``[batch, P]``.
+def _interpolate(field: tf.Tensor, index, fracs, *, with_positions: bool):
+    """Readout of ``field`` ``[batch, n0, n1, n2]`` at the particles of ``(index, fracs)``
+    (:func:`_corners`): values ``[batch, P]`` and, if ``with_positions``, the 3 position
+    derivatives ``[batch, P]``.
 
     One gather of the ``8 P`` corner values, then the trilinear combination done axis
     by axis (minor axis first), which also gives the derivatives.
     """
-    index, (f0, f1, f2) = _corners(components, grid_shape)
+    f0, f1, f2 = fracs
     g = tf.gather(tf.reshape(field, [-1]), index)  # [batch, P, 8]
     g = tf.reshape(g, tf.concat([tf.shape(f0), [2, 2, 2]], 0))
     lo, hi = g[..., 0], g[..., 1]  # [batch, P, 2, 2] over (e0, e1)
@@ -150,9 +161,8 @@ def cic_paint(positions, weights, grid_shape: Sequence[int]) -> tf.Tensor:
     """
     positions = tf.convert_to_tensor(positions)
     grid_shape = _check(positions, grid_shape)
-    if weights is None:
-        weights = tf.ones(tf.shape(positions)[:2], positions.dtype)
-    weights = tf.convert_to_tensor(weights, positions.dtype)
+    if weights is not None:
+        weights = tf.convert_to_tensor(weights, positions.dtype)
     return _paint(tf.unstack(positions, axis=-1), weights, grid_shape)
 
 
@@ -182,19 +192,28 @@ def cic_readout(field, positions, grid_shape: Sequence[int] | None = None) -> tf
 
 
 def _paint(components, weights, grid_shape):
-    """:func:`cic_paint` on position components ``3 x [batch, P]`` (custom gradient)."""
+    """:func:`cic_paint` on position components ``3 x [batch, P]`` (custom gradient).
 
-    @tf.custom_gradient
-    def paint(x0, x1, x2, m):
-        rho = _paint_flat((x0, x1, x2), m, grid_shape)
+    ``weights`` ``[batch, P]``, or ``None`` for unit masses (then no weight gradient).
+    The corner indices and fractions are computed once and shared with the backward
+    pass.
+    """
+
+    def forward(x0, x1, x2, m):
+        index, fracs = _corners((x0, x1, x2), grid_shape)
+        rho = _scatter(index, fracs, m, grid_shape)
 
         def grad(upstream):
-            value, dpos = _interpolate(upstream, (x0, x1, x2), grid_shape, with_positions=True)
-            return dpos[0] * m, dpos[1] * m, dpos[2] * m, value
+            value, dpos = _interpolate(upstream, index, fracs, with_positions=True)
+            if m is None:
+                return dpos
+            return (*(d * m for d in dpos), value)
 
         return rho, grad
 
-    return paint(*components, weights)
+    if weights is None:
+        return tf.custom_gradient(lambda x0, x1, x2: forward(x0, x1, x2, None))(*components)
+    return tf.custom_gradient(forward)(*components, weights)
 
 
 def _readout(field, components, grid_shape):
@@ -202,11 +221,12 @@ def _readout(field, components, grid_shape):
 
     @tf.custom_gradient
     def readout(f, x0, x1, x2):
-        value, _ = _interpolate(f, (x0, x1, x2), grid_shape, with_positions=False)
+        index, fracs = _corners((x0, x1, x2), grid_shape)
+        value, _ = _interpolate(f, index, fracs, with_positions=False)
 
         def grad(upstream):
-            g_field = _paint_flat((x0, x1, x2), upstream, grid_shape)
-            _, dpos = _interpolate(f, (x0, x1, x2), grid_shape, with_positions=True)
+            g_field = _scatter(index, fracs, upstream, grid_shape)
+            _, dpos = _interpolate(f, index, fracs, with_positions=True)
             return g_field, dpos[0] * upstream, dpos[1] * upstream, dpos[2] * upstream
 
         return value, grad

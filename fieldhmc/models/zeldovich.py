@@ -31,8 +31,8 @@ the ``posterior`` preconditioner) is
 :math:`\\to D` at low :math:`k` and 0 on the Nyquist planes (:math:`h_a` the cell size).
 
 Cost per value and gradient: 1 rfft3d + 3 irfft3d forward (the three components
-are one batched transform), 3 rfft3d + 1 irfft3d backward (the FFT adjoints of
-:mod:`fieldhmc.ops`), one 8-corner scatter forward and 8 gathers backward
+are one batched transform), 3 rfft3d + 1 irfft3d backward (the registered adjoint
+of :meth:`ZeldovichForward.displacement`), one 8-corner scatter forward and 8 gathers backward
 (:mod:`fieldhmc.models.cic`); smoothing adds one rfft3d + irfft3d pair each way.
 
 References
@@ -53,7 +53,6 @@ import tensorflow as tf
 
 from fieldhmc.models.cic import _paint
 from fieldhmc.models.grid import Grid
-from fieldhmc.ops import irfft3d, rfft3d
 
 __all__ = ["ZeldovichForward"]
 
@@ -75,8 +74,10 @@ class ZeldovichForward:
     Notes
     -----
     ``forward(delta)`` takes ``[chains, n0, n1, n2]`` float32/float64 and returns the
-    evolved overdensity of the same shape and dtype. The wavenumbers enter as 1D
-    vectors; XLA constant-folds the displacement multiplier into one complex
+    evolved overdensity of the same shape and dtype. The wavenumbers are six 1-D
+    tensors made eagerly here, so a compiled caller captures them as arguments and
+    the multipliers :math:`D k_a / (k^2 h_a)` and :math:`e^{-k^2R^2/2}` are computed
+    inside the program; as graph constants they were folded into one complex
     ``[3, n0, n1, n2 // 2 + 1]`` constant (25 MB at 128³, about a second of compile
     time there).
     """
@@ -93,17 +94,24 @@ class ZeldovichForward:
         self.grid = grid
         self.growth = growth
         self.smoothing = smoothing
-        k0, k1, k2 = (np.asarray(k, np.float64).reshape(-1) for k in grid.kvec())
-        self._k = (k0, k1, k2)
-        # derivative wavenumbers: 0 on the Nyquist frequency of even axes
-        derivative = []
-        for k, n in zip(self._k, grid.grid_shape, strict=True):
-            kd = k.copy()
-            if n % 2 == 0:
-                kd[n // 2] = 0.0  # -Nyquist (fftfreq) or the last rfft bin
-            derivative.append(kd)
-        self._kd = tuple(derivative)
         self._cell = tuple(ell / n for ell, n in zip(grid.box_size, grid.grid_shape, strict=True))
+        k = [np.asarray(ka, np.float64).reshape(-1) for ka in grid.kvec()]
+        # derivative wavenumbers: 0 on the Nyquist frequency of even axes (-Nyquist of
+        # fftfreq or the last rfft bin), in cell units and times D
+        slopes = []
+        for ka, n, h in zip(k, grid.grid_shape, self._cell, strict=True):
+            kd = ka.copy()
+            if n % 2 == 0:
+                kd[n // 2] = 0.0
+            slopes.append(growth * kd / h)
+        with tf.init_scope():  # eager tensors even if built inside a tf.function
+            self._waves = {
+                dtype: (
+                    tuple(tf.constant(ka**2, dtype) for ka in k),
+                    tuple(tf.constant(sa, dtype) for sa in slopes),
+                )
+                for dtype in (tf.float32, tf.float64)
+            }
         self.linear_gain = self._linear_gain()
 
     def _linear_gain(self) -> np.ndarray:
@@ -118,13 +126,38 @@ class ZeldovichForward:
             f"ZeldovichForward(grid={self.grid}, growth={self.growth}, smoothing={self.smoothing})"
         )
 
-    def _k3(self, dtype):
-        """Broadcastable 3D squared wavenumber ``[n0, n1, m]`` (h/Mpc)^2."""
-        k0, k1, k2 = (tf.constant(k, dtype) for k in self._k)
-        return k0[:, None, None] ** 2 + k1[None, :, None] ** 2 + k2[None, None, :] ** 2
+    def _k2(self, dtype) -> tf.Tensor:
+        """Squared wavenumber ``[n0, n1, n2 // 2 + 1]`` (h/Mpc)^2, built in the program."""
+        s0, s1, s2 = self._waves[dtype][0]
+        return s0[:, None, None] + s1[None, :, None] + s2[None, None, :]
+
+    def _multipliers(self, dtype) -> tf.Tensor:
+        """:math:`S_a = D k_a / (k^2 h_a)`, real ``[3, n0, n1, n2 // 2 + 1]``, so that
+        :math:`\\Psi_a(\\mathbf k) = i S_a \\delta(\\mathbf k)` in cells."""
+        k2 = self._k2(dtype)
+        inv_k2 = tf.where(k2 > 0, 1.0 / tf.where(k2 > 0, k2, tf.ones([], dtype)), 0.0)
+        g0, g1, g2 = self._waves[dtype][1]
+        return tf.stack(
+            [
+                g0[:, None, None] * inv_k2,
+                g1[None, :, None] * inv_k2,
+                g2[None, None, :] * inv_k2,
+            ],
+            axis=0,
+        )
 
     def displacement(self, delta: tf.Tensor) -> tf.Tensor:
         """The 1LPT displacement :math:`D\\,\\Psi` in **cell units**.
+
+        .. math:: \\Psi_a = \\mathrm{irfft}\\bigl(i S_a\\, \\mathrm{rfft}(\\delta)\\bigr),
+            \\qquad
+            \\bar\\delta = \\mathrm{irfft}\\Bigl(\\sum_a (-i S_a)\\,
+            \\mathrm{rfft}(\\bar\\Psi_a)\\Bigr)
+
+        (backward norm; the gradient is the exact adjoint, registered with
+        :func:`tf.custom_gradient`: one batched rfft3d of the three components and one
+        irfft3d. The sum is Hermitian on the self-paired planes, so no projection is
+        needed for a GPU c2r either.)
 
         Parameters
         ----------
@@ -137,24 +170,41 @@ class ZeldovichForward:
             ``[chains, 3, n0, n1, n2]``, dtype of ``delta``.
         """
         delta = tf.convert_to_tensor(delta)
-        dtype = delta.dtype
         shape = self.grid.grid_shape
-        modes = rfft3d(delta)  # [B, n0, n1, m], backward norm
-        k2 = self._k3(dtype)
-        inv_k2 = tf.where(k2 > 0, 1.0 / tf.where(k2 > 0, k2, 1.0), tf.zeros([], dtype))
-        kd = [tf.constant(k, dtype) for k in self._kd]
-        kd = (kd[0][:, None, None], kd[1][None, :, None], kd[2][None, None, :])
-        # D k_a / (k^2 h_a), a = 0, 1, 2 -> [3, n0, n1, m]; times i delta(k)
-        mult = tf.stack(
-            [
-                tf.broadcast_to(kd[a] * inv_k2 * (self.growth / self._cell[a]), tf.shape(k2))
-                for a in range(3)
-            ],
-            axis=0,
-        )
-        disp_modes = tf.complex(-tf.math.imag(modes)[:, None], tf.math.real(modes)[:, None])
-        disp_modes = disp_modes * tf.cast(mult, disp_modes.dtype)
-        return irfft3d(disp_modes, fft_length=shape)
+        mult = self._multipliers(delta.dtype)
+
+        @tf.custom_gradient
+        def psi(d):
+            modes = tf.signal.rfft3d(d, fft_length=shape)[:, None]  # [B, 1, n0, n1, m]
+            re, im = tf.math.real(modes), tf.math.imag(modes)
+            disp = tf.signal.irfft3d(tf.complex(-im * mult, re * mult), fft_length=shape)
+
+            def grad(upstream):
+                g = tf.signal.rfft3d(upstream, fft_length=shape)  # [B, 3, n0, n1, m]
+                re_g = tf.reduce_sum(tf.math.imag(g) * mult, axis=1)
+                im_g = -tf.reduce_sum(tf.math.real(g) * mult, axis=1)
+                return tf.signal.irfft3d(tf.complex(re_g, im_g), fft_length=shape)
+
+            return disp, grad
+
+        return psi(delta)
+
+    def _smooth(self, field: tf.Tensor) -> tf.Tensor:
+        """:math:`e^{-k^2R^2/2}` applied to ``[chains, n0, n1, n2]``; self-adjoint, so its
+        gradient is itself (one rfft3d + irfft3d pair each way)."""
+        shape = self.grid.grid_shape
+        kernel = tf.exp(-0.5 * self.smoothing**2 * self._k2(field.dtype))
+
+        def apply(x):
+            modes = tf.signal.rfft3d(x, fft_length=shape)
+            modes = tf.complex(tf.math.real(modes) * kernel, tf.math.imag(modes) * kernel)
+            return tf.signal.irfft3d(modes, fft_length=shape)
+
+        @tf.custom_gradient
+        def smooth(x):
+            return apply(x), apply
+
+        return smooth(field)
 
     def __call__(self, delta) -> tf.Tensor:
         """Evolved overdensity :math:`\\delta_e` ``[chains, n0, n1, n2]`` (dtype of ``delta``)."""
@@ -169,11 +219,7 @@ class ZeldovichForward:
             tf.range(n2, dtype=dtype)[None, None, :],
         )
         components = [tf.reshape(q[a] + disp[:, a], [batch, -1]) for a in range(3)]
-        ones = tf.ones([batch, n0 * n1 * n2], dtype)
-        evolved = _paint(components, ones, (n0, n1, n2)) - 1.0
+        evolved = _paint(components, None, (n0, n1, n2)) - 1.0
         if self.smoothing > 0:
-            kernel = tf.exp(-0.5 * self.smoothing**2 * self._k3(dtype))
-            modes = rfft3d(evolved)
-            modes = modes * tf.cast(kernel, modes.dtype)
-            evolved = irfft3d(modes, fft_length=self.grid.grid_shape)
+            evolved = self._smooth(evolved)
         return evolved

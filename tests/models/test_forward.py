@@ -47,7 +47,7 @@ def _identity(delta):
 @pytest.mark.parametrize("likelihood", LIKELIHOODS)
 def test_generic_construction_matches_numpy_reference(likelihood, parametrization, sampled):
     """Gaussian and lognormal-Poisson models built generically (identity forward, and a
-    user identity *function*, checked) have the independent NumPy log density."""
+    user identity *function*, checked in one case) have the independent NumPy log density."""
     model, ref = build_model("odd", likelihood, parametrization, sampled)
     draw = model.sample(seed=[1, 2], sample_shape=NUM_CHAINS)
     data = draw["data"][0].numpy()
@@ -60,7 +60,9 @@ def test_generic_construction_matches_numpy_reference(likelihood, parametrizatio
         )
 
     expected = [ref.log_prob(draw["field"][i].numpy(), data, *hypers(i)) for i in range(3)]
-    for candidate in (_generic(model), _generic(model, _identity)):
+    # the user function's check (an XLA compile) is the same for every case: run it once
+    checked = likelihood == LIKELIHOODS[0] and parametrization == "noncentred"
+    for candidate in (_generic(model), _generic(model, _identity, check=checked)):
         lp = candidate.target_log_prob_fn(data)(*latents)
         np.testing.assert_allclose(lp.numpy(), expected, rtol=1e-10)
         values = {n: draw[n] for n in model.latent_names}
@@ -166,15 +168,20 @@ def _config(tmp_path: Path, forward: str) -> Path:
     return path
 
 
-def test_user_function_from_yaml_runs_end_to_end(tmp_path):
+def test_user_function_from_yaml_runs_end_to_end(tmp_path, capsys):
     import json
 
     forward = (
         '{kind: python, target: "tests.models.user_forward:biased_tracer", '
         "params: {bias: 1.5, smoothing_cells: 0.5}}"
     )
+    config = _config(tmp_path, forward)
+    # validate imports and checks the function (as run does) and writes nothing
+    assert cli.main(["validate", str(config)]) == 0
+    assert "forward tests.models.user_forward:biased_tracer checked" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["user.yaml"]
     out = tmp_path / "run"
-    assert cli.main(["-q", "run", str(_config(tmp_path, forward)), "--out", str(out)]) == 0
+    assert cli.main(["-q", "run", str(config), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_draws"] == 24
     truth, data = np.load(out / "data" / "truth.npy"), np.load(out / "data" / "data.npy")
@@ -204,6 +211,14 @@ def test_bad_user_function_exits_2_in_one_line_and_writes_nothing(tmp_path, caps
         assert len(err) == 1, err
         assert err[0].startswith("config error: model.forward.target:") and match in err[0]
         assert not out.exists()
+    # validate imports and checks the function as run does; it writes nothing
+    before = sorted(p.name for p in tmp_path.iterdir())
+    capsys.readouterr()
+    assert cli.main(["-q", "validate", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("config error: model.forward.target:") and match in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_docs_example_is_the_tested_user_function():
