@@ -23,6 +23,16 @@ their draws are thinned before storing (``--thin-mclmc``, ``--thin-mams``); ESS 
 computed on the stored draws, gradients are counted for every transition, so
 thinning can only make them look worse. Targets (issue 13): mclmc >= 5x fewer
 gradients per min-ESS than fieldnuts masked, >= 3x unmasked; mams >= 2x masked.
+
+If ``jax`` and ``blackjax`` are importable (the optional ``peers`` extra), the rows
+``bj-mclmc`` and ``bj-mams`` run BlackJAX's MCLMC (tuned by
+``mclmc_find_L_and_step_size``) and adjusted MCLMC (``adjusted_mclmc_find_L_and_step_size``)
+on a JAX port of the same target (`_blackjax_peer.py`, checked against TensorFlow's
+log density and gradient first), with the same whitening, start, warm-up and draw
+counts, thinning and ``desired_energy_var``. ``ms/grad`` is the post-warm-up execution
+time per gradient of the batch of chains (ours: the driver's sampling chunks; BlackJAX:
+its compiled sampling loop), so it excludes compiles. Targets: ours needs no more
+gradients per ESS than BlackJAX at the same bias, and at most 1.2x its ms per gradient.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from nuts_field import _peer_target, peer, whitened_target  # noqa: E402
 from sampling import build  # noqa: E402
 
 from fieldhmc import models  # noqa: E402
@@ -51,6 +62,7 @@ from fieldhmc.samplers import (  # noqa: E402
 )
 
 KINDS = ("mclmc", "mams", "fieldnuts", "hmc")
+PEER_KINDS = ("bj-mclmc", "bj-mams")  # BlackJAX, with the ``peers`` extra
 
 
 def exact_moments(model, data, masked: bool, num_coordinates: int, seed: int = 0):
@@ -121,6 +133,43 @@ def run_kind(model, data, kind: str, args) -> dict:
         "eevpd": float(np.mean(energy_error**2) / dim) if micro else float("nan"),
         "accept": _nanmean(np.concatenate([t["acceptance_rate"] for t in sink.traces])),
         "draws": post.shape[1],
+        "ms_per_gradient": 1e3
+        * summary["sampling_seconds"]
+        / max(1, summary["sampling_batched_gradients"]),
+    }
+
+
+def run_peer(model, data, kind: str, args) -> dict:
+    """BlackJAX's MCLMC or adjusted MCLMC on the JAX port of the same whitened target."""
+    setup = whitened_target(model, data, args.chains)
+    logdensity = _peer_target(model, data, setup, setup.u0)
+    u0 = setup.u0.numpy()
+    if kind == "bj-mclmc":
+        r = peer.sample_mclmc(
+            logdensity,
+            u0,
+            args.burnin_mclmc,
+            args.results_mclmc,
+            args.thin_mclmc,
+            args.desired_energy_var,
+            seed=5,
+        )
+    else:
+        r = peer.sample_adjusted_mclmc(
+            logdensity, u0, args.burnin_mams, args.results_mams, args.thin_mams, seed=5
+        )
+    dim = r.draws.shape[-1]
+    return {
+        "post": r.draws * setup.scale.reshape(-1),
+        "warmup_grads": r.warmup_grads,
+        "grads": r.grads,
+        "seconds": r.seconds,
+        "step_size": r.step_size / np.sqrt(dim),
+        "trajectory_length": r.trajectory_length / np.sqrt(dim),
+        "eevpd": float(np.mean(r.energy_error**2) / dim),
+        "accept": r.accept,
+        "draws": r.draws.shape[1],
+        "ms_per_gradient": r.ms_per_gradient,
     }
 
 
@@ -151,7 +200,8 @@ def _print_header() -> None:
     print(
         f"{'kernel':>9} | {'warm-up grads':>13} {'step/√d':>8} {'L/√d':>6} | {'draws':>6} "
         f"{'grads':>9} {'min ESS':>8} {'med ESS':>8} {'grads/minESS':>12} "
-        f"{'grads/medESS':>12} | {'b2':>9} {'±':>7} {'ΔVar/Var':>8} {'EEVPD':>8} {'s':>6}"
+        f"{'grads/medESS':>12} | {'b2':>9} {'±':>7} {'ΔVar/Var':>8} {'EEVPD':>8} "
+        f"{'ms/grad':>7} {'s':>6}"
     )
 
 
@@ -162,7 +212,8 @@ def _print_row(kind: str, r: dict) -> None:
         f"{'' if length is None else f'{length:.2f}':>6} | {r['draws']:>6d} {r['grads']:>9d} "
         f"{r['min_ess']:>8.0f} {r['median_ess']:>8.0f} {r['grads_per_min_ess']:>12.1f} "
         f"{r['grads_per_median_ess']:>12.1f} | {r['b2']:>9.1e} {r['b2_se']:>7.1e} "
-        f"{r['rel_var_err']:>8.4f} {r['eevpd']:>8.1e} {r['seconds']:>6.0f}",
+        f"{r['rel_var_err']:>8.4f} {r['eevpd']:>8.1e} {r['ms_per_gradient']:>7.2f} "
+        f"{r['seconds']:>6.0f}",
         flush=True,
     )
 
@@ -171,7 +222,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", type=int, default=64)
     parser.add_argument("--masks", nargs="+", default=["none", "slab"], choices=["none", "slab"])
-    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        default=["mclmc", "bj-mclmc", "mams", "bj-mams", "fieldnuts", "hmc"],
+        choices=KINDS + PEER_KINDS,
+    )
+    parser.add_argument(
+        "--no-peers",
+        dest="peers",
+        action="store_false",
+        help="skip BlackJAX even if jax and blackjax are importable",
+    )
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--burnin", type=int, default=150, help="fieldnuts / hmc warm-up")
     parser.add_argument("--results", type=int, default=200, help="fieldnuts / hmc draws")
@@ -192,6 +254,12 @@ def main(argv: list[str] | None = None) -> dict:
         f"float32, XLA; TF {tf.__version__}. Gradients: all chains; warm-up counted apart. "
         f"mclmc desired Var[dE]/d = {args.desired_energy_var:g}"
     )
+    with_peers = peer is not None and args.peers
+    kinds = [k for k in args.kinds if with_peers or k not in PEER_KINDS]
+    if peer is None and any(k in PEER_KINDS for k in args.kinds):
+        print("BlackJAX rows skipped: install the peers extra (pip install -e '.[peers]')")
+    elif with_peers:
+        print(f"BlackJAX {peer.VERSION} (JAX {peer.jax.__version__}) rows: bj-mclmc, bj-mams")
     out = {}
     for mask in args.masks:
         masked = mask == "slab"
@@ -201,8 +269,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"\n{'20% slab mask' if masked else 'unmasked'}; bias b2 over {where}")
         _print_header()
         rows = {}
-        for kind in args.kinds:
-            rows[kind] = r = analyse(run_kind(model, data, kind, args), mean, var, idx)
+        for kind in kinds:
+            run = run_peer if kind in PEER_KINDS else run_kind
+            rows[kind] = r = analyse(run(model, data, kind, args), mean, var, idx)
             _print_row(kind, r)
         if "fieldnuts" in rows:
             ref = rows["fieldnuts"]
@@ -220,8 +289,26 @@ def main(argv: list[str] | None = None) -> dict:
                     ratio = ref["grads_per_min_ess"] / rows[kind]["grads_per_min_ess"]
                     verdict = "met" if ratio >= target else "NOT met"
                     print(f"target {kind} >= {target:g}x fewer than fieldnuts: {verdict}")
+        _print_peer_comparison(rows)
         out[mask] = rows
     return out
+
+
+def _print_peer_comparison(rows: dict) -> None:
+    """Ours against BlackJAX's: gradients per ESS at the reported bias, ms per gradient."""
+    for ours, theirs in (("mclmc", "bj-mclmc"), ("mams", "bj-mams")):
+        if ours not in rows or theirs not in rows:
+            continue
+        a, b = rows[ours], rows[theirs]
+        fewer = b["grads_per_min_ess"] / a["grads_per_min_ess"]
+        fewer_med = b["grads_per_median_ess"] / a["grads_per_median_ess"]
+        cost = a["ms_per_gradient"] / b["ms_per_gradient"]
+        print(
+            f"BlackJAX / ours {ours}: gradients per min-ESS {fewer:.2f}, per median-ESS "
+            f"{fewer_med:.2f} (ΔVar/Var ours {a['rel_var_err']:+.4f}, BlackJAX "
+            f"{b['rel_var_err']:+.4f}); ours / BlackJAX ms per gradient {cost:.2f} "
+            f"(target <= 1.2: {'met' if cost <= 1.2 else 'NOT met'})"
+        )
 
 
 if __name__ == "__main__":
