@@ -401,3 +401,56 @@ def sample_adjusted_mclmc(
         ms_per_gradient=1e3 * seconds * chains / chain_grads,
         seconds=time.perf_counter() - start,
     )
+
+
+def fixed_runners(logdensity, u0: np.ndarray, step_size: float, big_l: float, num_steps: int):
+    """Compiled BlackJAX MCLMC and adjusted-MCLMC loops at a fixed ``(step_size, L)``.
+
+    Returns ``{"mclmc": (fn, batched gradients per call), "mams": (...)}``; ``fn()``
+    runs ``num_steps`` transitions of all chains from ``u0`` and blocks. MCLMC's chains
+    run under ``vmap``; MAMS's one after another (``lax.map``, see
+    `sample_adjusted_mclmc`), so its batched count is its chain-gradients / chains.
+    """
+    chains = u0.shape[0]
+    flat = jnp.asarray(u0).reshape(chains, -1)
+    keys = _per_chain_keys(0, chains)
+    eps, big_l = jnp.float32(step_size), jnp.float32(big_l)
+    unadjusted = mclmc.build_kernel(integrator=integrators.isokinetic_mclachlan)
+    adjusted = adjusted_mclmc_dynamic.build_kernel(
+        integration_steps_fn=_num_steps, integrator=integrators.isokinetic_mclachlan
+    )
+
+    @jax.jit
+    def run_mclmc(states, key):
+        def one(states, key):
+            ks = jax.random.split(key, chains)
+            step = jax.vmap(lambda k, s: unadjusted(k, s, logdensity, 1.0, big_l, eps))
+            return step(ks, states)[0], None
+
+        return jax.lax.scan(one, states, jax.random.split(key, num_steps))[0].position
+
+    @jax.jit
+    def run_mams(states, key):
+        def one(states, key):
+            def chain(args):
+                k, s = args
+                return adjusted(k, s, logdensity, eps, integration_steps_params=(big_l / eps,))
+
+            states, info = jax.lax.map(chain, (jax.random.split(key, chains), states))
+            return states, info.num_integration_steps
+
+        states, steps = jax.lax.scan(one, states, jax.random.split(key, num_steps))
+        return states.position, steps
+
+    s_mclmc = jax.vmap(lambda u, k: mclmc.init(u, logdensity, k))(flat, keys)
+    s_mams = jax.vmap(lambda u, k: adjusted_mclmc_dynamic.init(u, logdensity, k))(flat, keys)
+    key = jax.random.PRNGKey(1)
+    _, steps = jax.block_until_ready(run_mams(s_mams, key))  # compiles; counts the steps
+    jax.block_until_ready(run_mclmc(s_mclmc, key))
+    return {
+        "mclmc": (lambda: jax.block_until_ready(run_mclmc(s_mclmc, key)), 2 * num_steps),
+        "mams": (
+            lambda: jax.block_until_ready(run_mams(s_mams, key)),
+            2 * float(np.asarray(steps).sum()) / chains,
+        ),
+    }

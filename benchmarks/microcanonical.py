@@ -307,6 +307,10 @@ def main(argv: list[str] | None = None) -> dict:
         "of the Gaussian model; its preconditioner, a prior-draw start; no BlackJAX rows",
     )
     parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument(
+        "--speed-steps", type=int, default=50, help="bare-kernel timing vs BlackJAX; 0: skip"
+    )
+    parser.add_argument("--speed-repeats", type=int, default=5)
     parser.add_argument("--burnin", type=int, default=150, help="fieldnuts / hmc warm-up")
     parser.add_argument("--results", type=int, default=200, help="fieldnuts / hmc draws")
     parser.add_argument("--burnin-mclmc", type=int, default=600)
@@ -366,6 +370,8 @@ def main(argv: list[str] | None = None) -> dict:
             _print_row(kind, r)
         _print_ratios(rows, masked)
         _print_peer_comparison(rows)
+        if with_peers and args.speed_steps and {"mclmc", "mams"} <= set(rows):
+            out.setdefault("speed", {})[mask] = speed(model, data, rows, args)
         out[mask] = rows
     return out
 
@@ -391,6 +397,83 @@ def _print_ratios(rows: dict, masked: bool | None) -> None:
             ratio = ref["grads_per_min_ess"] / rows[kind]["grads_per_min_ess"]
             verdict = "met" if ratio >= target else "NOT met"
             print(f"target {kind} >= {target:g}x fewer than fieldnuts: {verdict}")
+
+
+def _our_runner(target, kernel_cls, u0, step_size: float, big_l: float, num_steps: int):
+    """Compiled loop of ``num_steps`` transitions of our kernel at a fixed ``(step, L)``.
+
+    Returns ``(fn, batched gradients per call)``; ``fn()`` blocks.
+    """
+    eps = tf.constant(step_size, tf.float32)
+    length = tf.constant(big_l, tf.float32)
+
+    @tf.function(jit_compile=True, autograph=False)
+    def run(u, seed):
+        kernel = kernel_cls(target, eps, length)
+        results = kernel.bootstrap_results(u)
+
+        def body(i, u, results, grads):
+            step_seed = tf.random.experimental.stateless_fold_in(seed, i)
+            u, results = kernel.one_step(u, results, seed=step_seed)
+            return i + 1, u, results, grads + results.num_gradient_evaluations
+
+        _, u, _, grads = tf.while_loop(
+            lambda i, *_: i < num_steps, body, (tf.constant(0), u, results, tf.constant(0))
+        )
+        return u, grads
+
+    seed = tf.constant([3, 4], tf.int32)
+    grads = int(run(u0, seed)[1])  # compiles
+
+    def fn():
+        u, _ = run(u0, seed)
+        return u.numpy()
+
+    return fn, grads
+
+
+def speed(model, data, rows: dict, args) -> dict:
+    """ms per gradient of the bare kernels at fixed (step, L), ours and BlackJAX's.
+
+    Each at our tuned values of its row, ``--speed-steps`` transitions from the same
+    start, timed round-robin (`_timing.median_seconds`) so that the shared machine's
+    load hits all alike. No driver around ours (its per-transition field statistics
+    are not part of the kernel), nothing stored by either.
+    """
+    from _timing import median_seconds
+
+    from fieldhmc.samplers.mclmc import (
+        MetropolisAdjustedMicrocanonical,
+        MicrocanonicalLangevin,
+    )
+
+    setup = whitened_target(model, data, args.chains)
+    logdensity = peer.make_logdensity(model, data, setup.scale)
+    dim = int(np.prod(setup.u0.shape[1:]))
+    fns, grads = {}, {}
+    for kind, cls in (
+        ("mclmc", MicrocanonicalLangevin),
+        ("mams", MetropolisAdjustedMicrocanonical),
+    ):
+        eps = rows[kind]["step_size"] * np.sqrt(dim)
+        big_l = rows[kind]["trajectory_length"] * np.sqrt(dim)
+        fns[kind], grads[kind] = _our_runner(
+            setup.target, cls, setup.u0, eps, big_l, args.speed_steps
+        )
+        theirs = peer.fixed_runners(logdensity, setup.u0.numpy(), eps, big_l, args.speed_steps)
+        fns[f"bj-{kind}"], grads[f"bj-{kind}"] = theirs[kind]
+    seconds = median_seconds(fns, repeats=args.speed_repeats, warmup=1)
+    out = {name: 1e3 * seconds[name] / grads[name] for name in fns}
+    for kind in ("mclmc", "mams"):
+        ratio = out[kind] / out[f"bj-{kind}"]
+        print(
+            f"bare kernel, {args.speed_steps} transitions at our tuned (step, L), round-robin "
+            f"median of {args.speed_repeats}: {kind} {out[kind]:.2f} ms/grad, BlackJAX "
+            f"{out[f'bj-{kind}']:.2f}; ours / BlackJAX {ratio:.2f} "
+            f"(target <= 1.2: {'met' if ratio <= 1.2 else 'NOT met'})",
+            flush=True,
+        )
+    return out
 
 
 def _print_peer_comparison(rows: dict) -> None:
