@@ -311,6 +311,13 @@ def main(argv: list[str] | None = None) -> dict:
         "--speed-steps", type=int, default=50, help="bare-kernel timing vs BlackJAX; 0: skip"
     )
     parser.add_argument("--speed-repeats", type=int, default=5)
+    parser.add_argument(
+        "--speed-only",
+        nargs=4,
+        type=float,
+        metavar=("MCLMC_STEP", "MCLMC_L", "MAMS_STEP", "MAMS_L"),
+        help="only the bare-kernel timing (first mask) at these tuned values (/√d, as printed)",
+    )
     parser.add_argument("--burnin", type=int, default=150, help="fieldnuts / hmc warm-up")
     parser.add_argument("--results", type=int, default=200, help="fieldnuts / hmc draws")
     parser.add_argument("--burnin-mclmc", type=int, default=600)
@@ -338,6 +345,14 @@ def main(argv: list[str] | None = None) -> dict:
     elif with_peers:
         print(f"BlackJAX {peer.VERSION} (JAX {peer.jax.__version__}) rows: bj-mclmc, bj-mams")
     out = {}
+    if args.speed_only and with_peers:
+        model, data = build(args.grid, args.masks[0] == "slab")
+        a, b, c, d = args.speed_only
+        rows = {
+            "mclmc": {"step_size": a, "trajectory_length": b},
+            "mams": {"step_size": c, "trajectory_length": d},
+        }
+        return {"speed": {args.masks[0]: speed(model, data, rows, args)}}
     if args.config:
         problem, text = config_problem(args.config, args.grid, args.chains)
         print(f"\n{text}; no exact posterior: ΔVar/Var and b2 are against fieldnuts' draws")
