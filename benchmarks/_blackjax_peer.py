@@ -1,29 +1,36 @@
-"""The 64³ whitened Gaussian field posterior in JAX, sampled by BlackJAX's NUTS.
+"""The whitened Gaussian field posterior in JAX, sampled by BlackJAX's NUTS, MCLMC, MAMS.
 
-Used by ``nuts_field.py`` when ``jax`` and ``blackjax`` are importable (the optional
-``peers`` extra: ``pip install -e '.[peers]'``). The log density is a line-by-line
-port of `fieldhmc.models.GaussianFieldModel` (non-centred, fixed P(k), scalar noise,
-no mask) on the same whitened coordinates, using the model's own packing tables and
-spectrum; `check_against` verifies value differences and gradients against the
-TensorFlow target before anything is timed.
+Used by ``nuts_field.py`` (NUTS) and ``microcanonical.py`` (MCLMC and adjusted MCLMC)
+when ``jax`` and ``blackjax`` are importable (the optional ``peers`` extra:
+``pip install -e '.[peers]'``). The log density is a line-by-line port of
+`fieldhmc.models.GaussianFieldModel` (non-centred, fixed P(k), per-voxel noise
+weights, so masks too) on the same whitened coordinates, using the model's own
+packing tables and spectrum; `check_against` verifies value differences and
+gradients against the TensorFlow target before anything is timed.
 
 BlackJAX runs with an identity metric (the coordinates are already whitened), Stan's
 dual averaging of one step size shared by the chains (their mean acceptance, as TFP's
 wrapper). Its chains run one after another (``lax.map``; see `_transition` for why not
 ``vmap``), so its time per gradient of the batch is its time per chain-gradient times
 the number of chains.
+
+`sample_mclmc` and `sample_adjusted_mclmc` run BlackJAX's own tuners
+(``mclmc_find_L_and_step_size``, ``adjusted_mclmc_find_L_and_step_size``), one per
+chain, with the warm-up budget and targets of ours (see each docstring).
 """
 
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import blackjax
 import jax
 import jax.numpy as jnp
 import numpy as np
 from blackjax.adaptation.step_size import dual_averaging_adaptation
-from blackjax.mcmc import nuts
+from blackjax.mcmc import adjusted_mclmc_dynamic, integrators, mclmc, nuts
+from blackjax.mcmc.adjusted_mclmc import rescale
 
 VERSION = blackjax.__version__
 
@@ -40,8 +47,10 @@ def make_logdensity(model, data, scale: np.ndarray):
     k_free = packing._num_free
     has_nyquist = packing._has_nyquist
     sqrt_s = jnp.asarray(np.sqrt(model.signal_variance_np()), jnp.float32)
-    weight = float(np.asarray(model._weights).reshape(-1)[0])
-    d = jnp.asarray(np.asarray(data), jnp.float32)
+    weights = np.asarray(model.noise_weights, np.float32)
+    uniform = bool(np.all(weights == weights.reshape(-1)[0]))
+    weight = float(weights.reshape(-1)[0]) if uniform else jnp.asarray(weights)
+    d = jnp.asarray(np.where(weights > 0, np.asarray(data), 0.0), jnp.float32)
     s = jnp.asarray(scale, jnp.float32)
     src_re, src_im = jnp.asarray(plane.src_re), jnp.asarray(plane.src_im)
     c_re = jnp.asarray(plane.c_re, jnp.float32)
@@ -62,7 +71,7 @@ def make_logdensity(model, data, scale: np.ndarray):
             pieces.append(pack_plane(x[:, -1])[:, None])
         modes = jnp.concatenate(pieces, axis=-1).reshape(n0, n1, n2 // 2 + 1) * sqrt_s
         delta = jnp.fft.irfftn(modes, s=(n0, n1, n2), norm="ortho")
-        return -0.5 * jnp.sum(z * z) - 0.5 * weight * jnp.sum(jnp.square(d - delta))
+        return -0.5 * jnp.sum(z * z) - 0.5 * jnp.sum(weight * jnp.square(d - delta))
 
     return logdensity
 
@@ -192,3 +201,256 @@ def sample(
     positions, steps = draws(states, key_draw, step_size)
     positions = np.moveaxis(np.asarray(positions), 0, 1)  # chain, draw, D
     return positions, np.asarray(steps), float(step_size)
+
+
+# ---------------------------------------------------------------------------------
+# Microcanonical samplers: BlackJAX's MCLMC and adjusted MCLMC (MAMS), self-tuned
+# ---------------------------------------------------------------------------------
+
+
+class PeerRun(NamedTuple):
+    """One BlackJAX run: draws, gradient counts, tuned values, energy errors, timing."""
+
+    draws: np.ndarray  # [chain, draw, D] whitened positions (every ``thin``-th)
+    warmup_grads: int  # all chains
+    grads: int  # post-warm-up, all chains
+    step_size: float  # mean over chains (BlackJAX units)
+    trajectory_length: float  # L, mean over chains
+    energy_error: np.ndarray  # post-warm-up Delta E, [draw, chain]
+    accept: float  # mean acceptance probability (nan for mclmc)
+    ms_per_gradient: float  # post-warm-up execution only, per gradient of the batch
+    seconds: float  # whole run including compiles
+
+
+def _per_chain_keys(seed: int, chains: int):
+    return jax.random.split(jax.random.PRNGKey(seed), chains)
+
+
+def _timed(fn, *args):
+    """Compile ``fn`` ahead of time, then run it once; ``(outputs, execution seconds)``."""
+    compiled = jax.jit(fn).lower(*args).compile()
+    start = time.perf_counter()
+    out = jax.block_until_ready(compiled(*args))
+    return out, time.perf_counter() - start
+
+
+def sample_mclmc(
+    logdensity,
+    u0: np.ndarray,
+    num_warmup: int,
+    num_results: int,
+    thin: int,
+    desired_energy_var: float,
+    fractions: tuple[float, float, float] = (0.4, 0.3, 0.3),
+    seed: int = 0,
+) -> PeerRun:
+    """BlackJAX MCLMC tuned by ``mclmc_find_L_and_step_size``, one tuner per chain.
+
+    ``num_warmup`` tuning transitions split as ``fractions`` (our stages; BlackJAX's
+    ``frac_tune1..3`` of ``num_steps = num_warmup``), no diagonal preconditioning
+    (the coordinates are whitened already, as for ours), the same
+    ``desired_energy_var``; the isokinetic McLachlan (minimal-norm) integrator, two
+    gradients per step like ours. The chains run under ``vmap`` (no control flow).
+    """
+    start = time.perf_counter()
+    chains = u0.shape[0]
+    flat = jnp.asarray(u0).reshape(chains, -1)
+    kernel = mclmc.build_kernel(integrator=integrators.isokinetic_mclachlan)
+
+    def tune(u, key):
+        init_key, tune_key = jax.random.split(key)
+        state = mclmc.init(u, logdensity, init_key)
+        state, params, num_steps = blackjax.mclmc_find_L_and_step_size(
+            mclmc_kernel=kernel,
+            num_steps=num_warmup,
+            state=state,
+            rng_key=tune_key,
+            logdensity_fn=logdensity,
+            frac_tune1=fractions[0],
+            frac_tune2=fractions[1],
+            frac_tune3=fractions[2],
+            desired_energy_var=desired_energy_var,
+            diagonal_preconditioning=False,
+        )
+        return state, params, num_steps
+
+    states, params, tune_steps = jax.jit(jax.vmap(tune))(flat, _per_chain_keys(seed, chains))
+    tune_steps = int(np.asarray(tune_steps).reshape(-1)[0])
+
+    def run(states, params, key):
+        def transition(states, key):
+            keys = jax.random.split(key, chains)
+
+            def one(k, s, big_l, eps, imm):
+                return kernel(k, s, logdensity, imm, big_l, eps)
+
+            states, info = jax.vmap(one)(
+                keys, states, params.L, params.step_size, params.inverse_mass_matrix
+            )
+            return states, info.energy_change
+
+        def stored(states, key):
+            states, energy = jax.lax.scan(transition, states, jax.random.split(key, thin))
+            return states, (states.position, energy)
+
+        return jax.lax.scan(stored, states, jax.random.split(key, num_results // thin))[1]
+
+    (positions, energy), seconds = _timed(run, states, params, jax.random.PRNGKey(seed + 1))
+    transitions = (num_results // thin) * thin
+    batched = 2 * transitions
+    return PeerRun(
+        draws=np.moveaxis(np.asarray(positions), 0, 1),
+        warmup_grads=2 * tune_steps * chains,
+        grads=batched * chains,
+        step_size=float(np.mean(params.step_size)),
+        trajectory_length=float(np.mean(params.L)),
+        energy_error=np.asarray(energy).reshape(transitions, chains),
+        accept=float("nan"),
+        ms_per_gradient=1e3 * seconds / batched,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _num_steps(key, avg):
+    """:math:`\\lceil U s \\rceil`, :math:`\\mathbb E = ` ``avg`` (BlackJAX's ``rescale``)."""
+    return jnp.maximum(jnp.ceil(jax.random.uniform(key) * rescale(avg)), 1).astype(jnp.int32)
+
+
+def sample_adjusted_mclmc(
+    logdensity,
+    u0: np.ndarray,
+    num_warmup: int,
+    num_results: int,
+    thin: int = 1,
+    target_accept: float = 0.9,
+    seed: int = 0,
+) -> PeerRun:
+    """BlackJAX adjusted MCLMC (MAMS) tuned by ``adjusted_mclmc_find_L_and_step_size``.
+
+    Dynamic kernel (``adjusted_mclmc_dynamic``, :math:`N = \\lceil U s \\rceil` steps,
+    full velocity refresh, as ours), McLachlan integrator, no diagonal preconditioning,
+    dual averaging to ``target_accept`` (0.9, ours). The tuner's passes
+    (``frac_tune1`` dual averaging, ``frac_tune2`` moments, ``frac_tune1`` dual
+    averaging again, ``frac_tune3`` autocorrelation, ``frac_tune1`` final dual
+    averaging) are set to 0.2 each of ``num_steps = num_warmup``, so it takes
+    ``num_warmup`` transitions as ours does; everything else is BlackJAX's default
+    (``max="avg"``, ``target_num_integration_steps=2``). Tuning runs the chains
+    under ``vmap``; sampling one after another (``lax.map``), since each chain draws
+    its own number of steps and ``vmap`` would run every chain for the longest.
+    """
+    start = time.perf_counter()
+    chains = u0.shape[0]
+    flat = jnp.asarray(u0).reshape(chains, -1)
+    kernel = adjusted_mclmc_dynamic.build_kernel(
+        integration_steps_fn=_num_steps, integrator=integrators.isokinetic_mclachlan
+    )
+
+    def tune(u, key):
+        init_key, tune_key = jax.random.split(key)
+        state = adjusted_mclmc_dynamic.init(u, logdensity, init_key)
+        return blackjax.adjusted_mclmc_find_L_and_step_size(
+            mclmc_kernel=kernel,
+            logdensity_fn=logdensity,
+            num_steps=num_warmup,
+            state=state,
+            rng_key=tune_key,
+            target=target_accept,
+            frac_tune1=0.2,
+            frac_tune2=0.2,
+            frac_tune3=0.2,
+            diagonal_preconditioning=False,
+        )
+
+    states, params, tune_steps = jax.jit(jax.vmap(tune))(flat, _per_chain_keys(seed, chains))
+
+    def run(states, params, key):
+        def transition(states, key):
+            def one(args):
+                k, s, eps, big_l, imm = args
+                return kernel(
+                    k,
+                    s,
+                    logdensity,
+                    eps,
+                    inverse_mass_matrix=imm,
+                    integration_steps_params=(big_l / eps,),
+                )
+
+            keys = jax.random.split(key, chains)
+            states, info = jax.lax.map(
+                one, (keys, states, params.step_size, params.L, params.inverse_mass_matrix)
+            )
+            return states, (info.num_integration_steps, info.acceptance_rate)
+
+        def stored(states, key):
+            states, info = jax.lax.scan(transition, states, jax.random.split(key, thin))
+            return states, (states.position, *info)
+
+        return jax.lax.scan(stored, states, jax.random.split(key, num_results // thin))[1]
+
+    (positions, steps, accept), seconds = _timed(run, states, params, jax.random.PRNGKey(seed + 1))
+    chain_grads = 2 * int(np.asarray(steps).sum())
+    return PeerRun(
+        draws=np.moveaxis(np.asarray(positions), 0, 1),
+        warmup_grads=2 * int(np.asarray(tune_steps).sum()),
+        grads=chain_grads,
+        step_size=float(np.mean(params.step_size)),
+        trajectory_length=float(np.mean(params.L)),
+        energy_error=np.full((num_results // thin * thin, chains), np.nan),
+        accept=float(np.mean(accept)),
+        ms_per_gradient=1e3 * seconds * chains / chain_grads,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def fixed_runners(logdensity, u0: np.ndarray, step_size: float, big_l: float, num_steps: int):
+    """Compiled BlackJAX MCLMC and adjusted-MCLMC loops at a fixed ``(step_size, L)``.
+
+    Returns ``{"mclmc": (fn, batched gradients per call), "mams": (...)}``; ``fn()``
+    runs ``num_steps`` transitions of all chains from ``u0`` and blocks. MCLMC's chains
+    run under ``vmap``; MAMS's one after another (``lax.map``, see
+    `sample_adjusted_mclmc`), so its batched count is its chain-gradients / chains.
+    """
+    chains = u0.shape[0]
+    flat = jnp.asarray(u0).reshape(chains, -1)
+    keys = _per_chain_keys(0, chains)
+    eps, big_l = jnp.float32(step_size), jnp.float32(big_l)
+    unadjusted = mclmc.build_kernel(integrator=integrators.isokinetic_mclachlan)
+    adjusted = adjusted_mclmc_dynamic.build_kernel(
+        integration_steps_fn=_num_steps, integrator=integrators.isokinetic_mclachlan
+    )
+
+    @jax.jit
+    def run_mclmc(states, key):
+        def one(states, key):
+            ks = jax.random.split(key, chains)
+            step = jax.vmap(lambda k, s: unadjusted(k, s, logdensity, 1.0, big_l, eps))
+            return step(ks, states)[0], None
+
+        return jax.lax.scan(one, states, jax.random.split(key, num_steps))[0].position
+
+    @jax.jit
+    def run_mams(states, key):
+        def one(states, key):
+            def chain(args):
+                k, s = args
+                return adjusted(k, s, logdensity, eps, integration_steps_params=(big_l / eps,))
+
+            states, info = jax.lax.map(chain, (jax.random.split(key, chains), states))
+            return states, info.num_integration_steps
+
+        states, steps = jax.lax.scan(one, states, jax.random.split(key, num_steps))
+        return states.position, steps
+
+    s_mclmc = jax.vmap(lambda u, k: mclmc.init(u, logdensity, k))(flat, keys)
+    s_mams = jax.vmap(lambda u, k: adjusted_mclmc_dynamic.init(u, logdensity, k))(flat, keys)
+    key = jax.random.PRNGKey(1)
+    _, steps = jax.block_until_ready(run_mams(s_mams, key))  # compiles; counts the steps
+    jax.block_until_ready(run_mclmc(s_mclmc, key))
+    return {
+        "mclmc": (lambda: jax.block_until_ready(run_mclmc(s_mclmc, key)), 2 * num_steps),
+        "mams": (
+            lambda: jax.block_until_ready(run_mams(s_mams, key)),
+            2 * float(np.asarray(steps).sum()) / chains,
+        ),
+    }

@@ -23,6 +23,16 @@ their draws are thinned before storing (``--thin-mclmc``, ``--thin-mams``); ESS 
 computed on the stored draws, gradients are counted for every transition, so
 thinning can only make them look worse. Targets (issue 13): mclmc >= 5x fewer
 gradients per min-ESS than fieldnuts masked, >= 3x unmasked; mams >= 2x masked.
+
+If ``jax`` and ``blackjax`` are importable (the optional ``peers`` extra), the rows
+``bj-mclmc`` and ``bj-mams`` run BlackJAX's MCLMC (tuned by
+``mclmc_find_L_and_step_size``) and adjusted MCLMC (``adjusted_mclmc_find_L_and_step_size``)
+on a JAX port of the same target (`_blackjax_peer.py`, checked against TensorFlow's
+log density and gradient first), with the same whitening, start, warm-up and draw
+counts, thinning and ``desired_energy_var``. ``ms/grad`` is the post-warm-up execution
+time per gradient of the batch of chains (ours: the driver's sampling chunks; BlackJAX:
+its compiled sampling loop), so it excludes compiles. Targets: ours needs no more
+gradients per ESS than BlackJAX at the same bias, and at most 1.2x its ms per gradient.
 """
 
 from __future__ import annotations
@@ -32,12 +42,15 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from nuts_field import _peer_target, peer, whitened_target  # noqa: E402
 from sampling import build  # noqa: E402
 
 from fieldhmc import models  # noqa: E402
@@ -51,6 +64,7 @@ from fieldhmc.samplers import (  # noqa: E402
 )
 
 KINDS = ("mclmc", "mams", "fieldnuts", "hmc")
+PEER_KINDS = ("bj-mclmc", "bj-mams")  # BlackJAX, with the ``peers`` extra
 
 
 def exact_moments(model, data, masked: bool, num_coordinates: int, seed: int = 0):
@@ -73,7 +87,57 @@ def exact_moments(model, data, masked: bool, num_coordinates: int, seed: int = 0
     return mean, full, idx
 
 
-def run_kind(model, data, kind: str, args) -> dict:
+class Problem(NamedTuple):
+    """A target as the driver takes it: parts, metric scales, start, what to store."""
+
+    target: Callable  # (*parts) -> [chains] log density
+    names: list[str]  # latent part names; rank-1 parts ([chains]) are traced as scalars
+    scales: list[np.ndarray]  # M^{-1/2} per part
+    init: list[np.ndarray]  # start per part, [chains, ...]
+    field_fn: Callable  # (*parts) -> the latent field, stored every thin-th draw
+
+
+def gaussian_problem(model, data, chains: int) -> Problem:
+    """The Gaussian field posterior, posterior-metric whitening, a prior-draw start."""
+    return Problem(
+        model.target_log_prob_fn(data),
+        ["field"],
+        [(1.0 / np.sqrt(model.posterior_precision_diag(data))).astype(np.float32)],
+        [np.asarray(model.init_latents("prior", chains, seed=stateless_seed(1))[0])],
+        lambda v: v,
+    )
+
+
+def config_problem(path: str, grid: int, chains: int):
+    """A shipped config's model on a ``grid``³ box, its data, preconditioner and start.
+
+    Returns ``(problem, description)``; the start is a prior draw of every latent.
+    """
+    from fieldhmc import config as cfg
+    from fieldhmc import workflow
+
+    n = grid
+    config = cfg.load_config(path, [f"grid.shape=[{n},{n},{n}]"])
+    model = workflow.build_model(config)
+    data = np.asarray(model.sample(seed=stateless_seed(config.data.seed))["data"])
+    dtype = np.dtype(config.precision)
+    init = [
+        np.asarray(v, dtype) for v in model.init_latents("prior", chains, seed=stateless_seed(1))
+    ]
+    field = list(model.latent_names).index("field")
+    problem = Problem(
+        model.target_log_prob_fn(data),
+        list(model.latent_names),
+        workflow._scales(config, model, data),
+        init,
+        lambda *parts: parts[field],
+    )
+    latents = ", ".join(model.latent_names)
+    text = f"{Path(path).name} at {n}³ ({latents}; {config.sampler.preconditioner} metric)"
+    return problem, text
+
+
+def run_kind(problem: Problem, kind: str, args) -> dict:
     """One driver run; ESS, gradient counts, tuned values and the draws' moments."""
     micro = kind in ("mclmc", "mams")
     burnin = {"mclmc": args.burnin_mclmc, "mams": args.burnin_mams}.get(kind, args.burnin)
@@ -93,26 +157,32 @@ def run_kind(model, data, kind: str, args) -> dict:
         field_thin=thin,
         seed=5,
     )
-    scales = [(1.0 / np.sqrt(model.posterior_precision_diag(data))).astype(np.float32)]
     outputs = FieldOutputs(
-        field_fn=lambda v: v, power_fn=lambda v: tf.zeros([tf.shape(v)[0], 1], v.dtype)
+        field_fn=problem.field_fn,
+        power_fn=lambda v: tf.zeros([tf.shape(v)[0], 1], v.dtype),
     )
-    sampler = Sampler(model.target_log_prob_fn(data), settings, ["field"], scales, outputs)
-    init = [np.asarray(model.init_latents("prior", args.chains, seed=stateless_seed(1))[0])]
+    sampler = Sampler(problem.target, settings, problem.names, problem.scales, outputs)
     sink = MemorySink()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
-        summary = sampler.run(sink, Path(d), init, progress=False)
+        summary = sampler.run(sink, Path(d), problem.init, progress=False)
     seconds = time.perf_counter() - start
     draws = sink.stacked_fields()  # draw, chain, ...
     post = np.moveaxis(draws, 0, 1).reshape(args.chains, draws.shape[0], -1)
     del draws
+    scalars = [n for n, x in zip(problem.names, problem.init, strict=True) if x.ndim == 1]
+    hyper = (
+        np.stack([np.concatenate([t[n] for t in sink.traces]).T for n in scalars], axis=-1)
+        if scalars
+        else None
+    )  # chain, draw, H (every draw)
     grads = int(sum(int(t["n_steps"].sum()) for t in sink.traces))
     energy_error = np.concatenate([t["energy_error"] for t in sink.traces])
-    dim = post.shape[-1]
+    dim = post.shape[-1] + len(scalars)
     tuned = summary["tuned"]
     return {
         "post": post,
+        "hyper": hyper,
         "warmup_grads": summary["warmup_gradient_evaluations"],
         "grads": grads,
         "seconds": seconds,
@@ -121,6 +191,43 @@ def run_kind(model, data, kind: str, args) -> dict:
         "eevpd": float(np.mean(energy_error**2) / dim) if micro else float("nan"),
         "accept": _nanmean(np.concatenate([t["acceptance_rate"] for t in sink.traces])),
         "draws": post.shape[1],
+        "ms_per_gradient": 1e3
+        * summary["sampling_seconds"]
+        / max(1, summary["sampling_batched_gradients"]),
+    }
+
+
+def run_peer(model, data, kind: str, args) -> dict:
+    """BlackJAX's MCLMC or adjusted MCLMC on the JAX port of the same whitened target."""
+    setup = whitened_target(model, data, args.chains)
+    logdensity = _peer_target(model, data, setup, setup.u0)
+    u0 = setup.u0.numpy()
+    if kind == "bj-mclmc":
+        r = peer.sample_mclmc(
+            logdensity,
+            u0,
+            args.burnin_mclmc,
+            args.results_mclmc,
+            args.thin_mclmc,
+            args.desired_energy_var,
+            seed=5,
+        )
+    else:
+        r = peer.sample_adjusted_mclmc(
+            logdensity, u0, args.burnin_mams, args.results_mams, args.thin_mams, seed=5
+        )
+    dim = r.draws.shape[-1]
+    return {
+        "post": r.draws * setup.scale.reshape(-1),
+        "warmup_grads": r.warmup_grads,
+        "grads": r.grads,
+        "seconds": r.seconds,
+        "step_size": r.step_size / np.sqrt(dim),
+        "trajectory_length": r.trajectory_length / np.sqrt(dim),
+        "eevpd": float(np.mean(r.energy_error**2) / dim),
+        "accept": r.accept,
+        "draws": r.draws.shape[1],
+        "ms_per_gradient": r.ms_per_gradient,
     }
 
 
@@ -131,7 +238,11 @@ def _nanmean(x: np.ndarray) -> float:
 def analyse(r: dict, mean, var, idx) -> dict:
     """Add ESS and bias figures to a run's row (and drop its draws)."""
     post = r.pop("post")
-    ess = ess_bulk(post)
+    hyper = r.pop("hyper", None)
+    ess = ess_bulk(post).reshape(-1)
+    if hyper is not None:
+        r["hyper_min_ess"] = float(np.min(ess_bulk(hyper)))
+        ess = np.concatenate([ess, ess_bulk(hyper).reshape(-1)])
     sq = (post[..., idx] - mean[idx]) ** 2
     rel = sq.mean(axis=(0, 1)) / var[idx] - 1.0
     terms = 0.5 * rel**2 - 1.0 / ess_bulk(sq)
@@ -151,7 +262,8 @@ def _print_header() -> None:
     print(
         f"{'kernel':>9} | {'warm-up grads':>13} {'step/√d':>8} {'L/√d':>6} | {'draws':>6} "
         f"{'grads':>9} {'min ESS':>8} {'med ESS':>8} {'grads/minESS':>12} "
-        f"{'grads/medESS':>12} | {'b2':>9} {'±':>7} {'ΔVar/Var':>8} {'EEVPD':>8} {'s':>6}"
+        f"{'grads/medESS':>12} | {'b2':>9} {'±':>7} {'ΔVar/Var':>8} {'EEVPD':>8} "
+        f"{'ms/grad':>7} {'s':>6}"
     )
 
 
@@ -162,7 +274,13 @@ def _print_row(kind: str, r: dict) -> None:
         f"{'' if length is None else f'{length:.2f}':>6} | {r['draws']:>6d} {r['grads']:>9d} "
         f"{r['min_ess']:>8.0f} {r['median_ess']:>8.0f} {r['grads_per_min_ess']:>12.1f} "
         f"{r['grads_per_median_ess']:>12.1f} | {r['b2']:>9.1e} {r['b2_se']:>7.1e} "
-        f"{r['rel_var_err']:>8.4f} {r['eevpd']:>8.1e} {r['seconds']:>6.0f}",
+        f"{r['rel_var_err']:>8.4f} {r['eevpd']:>8.1e} {r['ms_per_gradient']:>7.2f} "
+        f"{r['seconds']:>6.0f}"
+        + (
+            f"   (hyperparameters' min ESS {r['hyper_min_ess']:.0f})"
+            if "hyper_min_ess" in r
+            else ""
+        ),
         flush=True,
     )
 
@@ -171,8 +289,35 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", type=int, default=64)
     parser.add_argument("--masks", nargs="+", default=["none", "slab"], choices=["none", "slab"])
-    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        default=["mclmc", "bj-mclmc", "mams", "bj-mams", "fieldnuts", "hmc"],
+        choices=KINDS + PEER_KINDS,
+    )
+    parser.add_argument(
+        "--no-peers",
+        dest="peers",
+        action="store_false",
+        help="skip BlackJAX even if jax and blackjax are importable",
+    )
+    parser.add_argument(
+        "--config",
+        help="a shipped config (e.g. configs/hierarchical_64.yaml) on a --grid box instead "
+        "of the Gaussian model; its preconditioner, a prior-draw start; no BlackJAX rows",
+    )
     parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument(
+        "--speed-steps", type=int, default=50, help="bare-kernel timing vs BlackJAX; 0: skip"
+    )
+    parser.add_argument("--speed-repeats", type=int, default=5)
+    parser.add_argument(
+        "--speed-only",
+        nargs=4,
+        type=float,
+        metavar=("MCLMC_STEP", "MCLMC_L", "MAMS_STEP", "MAMS_L"),
+        help="only the bare-kernel timing (first mask) at these tuned values (/√d, as printed)",
+    )
     parser.add_argument("--burnin", type=int, default=150, help="fieldnuts / hmc warm-up")
     parser.add_argument("--results", type=int, default=200, help="fieldnuts / hmc draws")
     parser.add_argument("--burnin-mclmc", type=int, default=600)
@@ -187,41 +332,180 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--chunk-size", type=int, default=100)
     parser.add_argument("--bias-coordinates", type=int, default=64, help="masked: CG solves")
     args = parser.parse_args(argv)
+    model_text = "config" if args.config else "Gaussian field model, posterior-metric whitening"
     print(
-        f"{args.grid}³ Gaussian field model, posterior-metric whitening, {args.chains} chains, "
+        f"{args.grid}³ {model_text}, {args.chains} chains, "
         f"float32, XLA; TF {tf.__version__}. Gradients: all chains; warm-up counted apart. "
         f"mclmc desired Var[dE]/d = {args.desired_energy_var:g}"
     )
+    with_peers = peer is not None and args.peers and not args.config
+    kinds = [k for k in args.kinds if with_peers or k not in PEER_KINDS]
+    if peer is None and any(k in PEER_KINDS for k in args.kinds):
+        print("BlackJAX rows skipped: install the peers extra (pip install -e '.[peers]')")
+    elif with_peers:
+        print(f"BlackJAX {peer.VERSION} (JAX {peer.jax.__version__}) rows: bj-mclmc, bj-mams")
     out = {}
+    if args.speed_only and with_peers:
+        model, data = build(args.grid, args.masks[0] == "slab")
+        a, b, c, d = args.speed_only
+        rows = {
+            "mclmc": {"step_size": a, "trajectory_length": b},
+            "mams": {"step_size": c, "trajectory_length": d},
+        }
+        return {"speed": {args.masks[0]: speed(model, data, rows, args)}}
+    if args.config:
+        problem, text = config_problem(args.config, args.grid, args.chains)
+        print(f"\n{text}; no exact posterior: ΔVar/Var and b2 are against fieldnuts' draws")
+        _print_header()
+        rows, ref = {}, None
+        for kind in ["fieldnuts"] + [k for k in kinds if k in KINDS and k != "fieldnuts"]:
+            r = run_kind(problem, kind, args)
+            if ref is None:
+                ref = r["post"].mean(axis=(0, 1)), r["post"].var(axis=(0, 1))
+                ref = ref + (np.arange(ref[0].size),)
+            rows[kind] = r = analyse(r, *ref)
+            _print_row(kind, r)
+        _print_ratios(rows, masked=None)
+        return {"config": rows}
     for mask in args.masks:
         masked = mask == "slab"
         model, data = build(args.grid, masked)
         mean, var, idx = exact_moments(model, data, masked, args.bias_coordinates)
+        problem = gaussian_problem(model, data, args.chains)
         where = f"{idx.size} coordinates (CG)" if masked else "every coordinate (exact)"
         print(f"\n{'20% slab mask' if masked else 'unmasked'}; bias b2 over {where}")
         _print_header()
         rows = {}
-        for kind in args.kinds:
-            rows[kind] = r = analyse(run_kind(model, data, kind, args), mean, var, idx)
+        for kind in kinds:
+            if kind in PEER_KINDS:
+                r = run_peer(model, data, kind, args)
+            else:
+                r = run_kind(problem, kind, args)
+            rows[kind] = r = analyse(r, mean, var, idx)
             _print_row(kind, r)
-        if "fieldnuts" in rows:
-            ref = rows["fieldnuts"]
-            for kind in ("mclmc", "mams", "hmc"):
-                if kind in rows:
-                    print(
-                        f"fieldnuts / {kind} gradients per min-ESS: "
-                        f"{ref['grads_per_min_ess'] / rows[kind]['grads_per_min_ess']:.2f}, "
-                        f"per median-ESS: "
-                        f"{ref['grads_per_median_ess'] / rows[kind]['grads_per_median_ess']:.2f}"
-                    )
-            targets = {"mclmc": 5.0 if masked else 3.0, "mams": 2.0 if masked else None}
-            for kind, target in targets.items():
-                if kind in rows and target is not None:
-                    ratio = ref["grads_per_min_ess"] / rows[kind]["grads_per_min_ess"]
-                    verdict = "met" if ratio >= target else "NOT met"
-                    print(f"target {kind} >= {target:g}x fewer than fieldnuts: {verdict}")
+        _print_ratios(rows, masked)
+        _print_peer_comparison(rows)
+        if with_peers and args.speed_steps and {"mclmc", "mams"} <= set(rows):
+            out.setdefault("speed", {})[mask] = speed(model, data, rows, args)
         out[mask] = rows
     return out
+
+
+def _print_ratios(rows: dict, masked: bool | None) -> None:
+    """fieldnuts' gradients per ESS over each kernel's; the issue-13 targets unless None."""
+    if "fieldnuts" not in rows:
+        return
+    ref = rows["fieldnuts"]
+    for kind in ("mclmc", "mams", "hmc"):
+        if kind in rows:
+            print(
+                f"fieldnuts / {kind} gradients per min-ESS: "
+                f"{ref['grads_per_min_ess'] / rows[kind]['grads_per_min_ess']:.2f}, "
+                f"per median-ESS: "
+                f"{ref['grads_per_median_ess'] / rows[kind]['grads_per_median_ess']:.2f}"
+            )
+    if masked is None:
+        return
+    targets = {"mclmc": 5.0 if masked else 3.0, "mams": 2.0 if masked else None}
+    for kind, target in targets.items():
+        if kind in rows and target is not None:
+            ratio = ref["grads_per_min_ess"] / rows[kind]["grads_per_min_ess"]
+            verdict = "met" if ratio >= target else "NOT met"
+            print(f"target {kind} >= {target:g}x fewer than fieldnuts: {verdict}")
+
+
+def _our_runner(target, kernel_cls, u0, step_size: float, big_l: float, num_steps: int):
+    """Compiled loop of ``num_steps`` transitions of our kernel at a fixed ``(step, L)``.
+
+    Returns ``(fn, batched gradients per call)``; ``fn()`` blocks.
+    """
+    eps = tf.constant(step_size, tf.float32)
+    length = tf.constant(big_l, tf.float32)
+
+    @tf.function(jit_compile=True, autograph=False)
+    def run(u, seed):
+        kernel = kernel_cls(target, eps, length)
+        results = kernel.bootstrap_results(u)
+
+        def body(i, u, results, grads):
+            step_seed = tf.random.experimental.stateless_fold_in(seed, i)
+            u, results = kernel.one_step(u, results, seed=step_seed)
+            return i + 1, u, results, grads + results.num_gradient_evaluations
+
+        _, u, _, grads = tf.while_loop(
+            lambda i, *_: i < num_steps, body, (tf.constant(0), u, results, tf.constant(0))
+        )
+        return u, grads
+
+    seed = tf.constant([3, 4], tf.int32)
+    grads = int(run(u0, seed)[1])  # compiles
+
+    def fn():
+        u, _ = run(u0, seed)
+        return u.numpy()
+
+    return fn, grads
+
+
+def speed(model, data, rows: dict, args) -> dict:
+    """ms per gradient of the bare kernels at fixed (step, L), ours and BlackJAX's.
+
+    Each at our tuned values of its row, ``--speed-steps`` transitions from the same
+    start, timed round-robin (`_timing.median_seconds`) so that the shared machine's
+    load hits all alike. No driver around ours (its per-transition field statistics
+    are not part of the kernel), nothing stored by either.
+    """
+    from _timing import median_seconds
+
+    from fieldhmc.samplers.mclmc import (
+        MetropolisAdjustedMicrocanonical,
+        MicrocanonicalLangevin,
+    )
+
+    setup = whitened_target(model, data, args.chains)
+    logdensity = peer.make_logdensity(model, data, setup.scale)
+    dim = int(np.prod(setup.u0.shape[1:]))
+    fns, grads = {}, {}
+    for kind, cls in (
+        ("mclmc", MicrocanonicalLangevin),
+        ("mams", MetropolisAdjustedMicrocanonical),
+    ):
+        eps = rows[kind]["step_size"] * np.sqrt(dim)
+        big_l = rows[kind]["trajectory_length"] * np.sqrt(dim)
+        fns[kind], grads[kind] = _our_runner(
+            setup.target, cls, setup.u0, eps, big_l, args.speed_steps
+        )
+        theirs = peer.fixed_runners(logdensity, setup.u0.numpy(), eps, big_l, args.speed_steps)
+        fns[f"bj-{kind}"], grads[f"bj-{kind}"] = theirs[kind]
+    seconds = median_seconds(fns, repeats=args.speed_repeats, warmup=1)
+    out = {name: 1e3 * seconds[name] / grads[name] for name in fns}
+    for kind in ("mclmc", "mams"):
+        ratio = out[kind] / out[f"bj-{kind}"]
+        print(
+            f"bare kernel, {args.speed_steps} transitions at our tuned (step, L), round-robin "
+            f"median of {args.speed_repeats}: {kind} {out[kind]:.2f} ms/grad, BlackJAX "
+            f"{out[f'bj-{kind}']:.2f}; ours / BlackJAX {ratio:.2f} "
+            f"(target <= 1.2: {'met' if ratio <= 1.2 else 'NOT met'})",
+            flush=True,
+        )
+    return out
+
+
+def _print_peer_comparison(rows: dict) -> None:
+    """Ours against BlackJAX's: gradients per ESS at the reported bias, ms per gradient."""
+    for ours, theirs in (("mclmc", "bj-mclmc"), ("mams", "bj-mams")):
+        if ours not in rows or theirs not in rows:
+            continue
+        a, b = rows[ours], rows[theirs]
+        fewer = b["grads_per_min_ess"] / a["grads_per_min_ess"]
+        fewer_med = b["grads_per_median_ess"] / a["grads_per_median_ess"]
+        cost = a["ms_per_gradient"] / b["ms_per_gradient"]
+        print(
+            f"BlackJAX / ours {ours}: gradients per min-ESS {fewer:.2f}, per median-ESS "
+            f"{fewer_med:.2f} (ΔVar/Var ours {a['rel_var_err']:+.4f}, BlackJAX "
+            f"{b['rel_var_err']:+.4f}); ours / BlackJAX ms per gradient {cost:.2f} "
+            f"(target <= 1.2: {'met' if cost <= 1.2 else 'NOT met'})"
+        )
 
 
 if __name__ == "__main__":
