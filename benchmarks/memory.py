@@ -125,7 +125,7 @@ def child(args) -> dict:
             cw["calls"] = cw.get("calls", 0) + 1
             if cw["calls"] == 1:
                 return "first chunk (compile + run)"
-            return "warm-up chunk" if int(chunk_args[5]) < burnin else "sampling chunk"
+            return "warm-up chunk" if int(chunk_args[4]) < burnin else "sampling chunk"
 
         self._chunk = meter.wrap(self._chunk, label)
 

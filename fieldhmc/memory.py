@@ -18,14 +18,18 @@ from fieldhmc.config import Config
 
 __all__ = ["MemoryEstimate", "available_bytes", "check_memory", "estimate_peak_bytes"]
 
-#: RSS of a run before any field exists: TensorFlow, XLA's compiler, the plotting stack.
-BASELINE_BYTES = 1.2e9
-#: Field-sized buffers independent of the number of chains (model constants, running
-#: moments in float64, data and truth, checkpoint and diagnostics working sets).
-FIXED_FIELDS = 125.0
-#: Field-sized buffers per chain (state, momentum, gradients, kernel results, XLA
-#: temporaries of one leapfrog step, the chunk's stored-field slots, host copies).
-PER_CHAIN_FIELDS = 32.0
+#: RSS of a run before any field exists: TensorFlow, XLA compiling the chunk, the
+#: diagnostics and plotting stack (measured ~1.7 GB at 64³ where fields are negligible).
+BASELINE_BYTES = 1.9e9
+#: Field-sized buffers independent of the number of chains: model constants, data,
+#: truth and preconditioner (~35 at 128³), the float64 running moments, and the
+#: per-value statistics of the multiplicity-aware mode test in ``diagnose``
+#: (~21 float64 per real value, i.e. ~40 float32 fields: the largest part at 256³).
+FIXED_FIELDS = 80.0
+#: Field-sized buffers per chain: state and gradient (carried in place, see
+#: ``samplers.driver._Carry``), momentum, proposal and the model's float64 temporaries
+#: of one leapfrog step, host copies for the checkpoint.
+PER_CHAIN_FIELDS = 18.0
 
 
 @dataclass(frozen=True)

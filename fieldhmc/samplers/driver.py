@@ -28,7 +28,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -41,7 +41,9 @@ from fieldhmc.samplers.kernels import (
     KINDS,
     MICROCANONICAL_KINDS,
     build_kernel,
+    expand_results,
     shift_target_log_prob,
+    slim_results,
     step_stats,
     target_log_prob_of,
     whiten,
@@ -220,19 +222,93 @@ def _chunk_bounds(settings: SamplerSettings, field_slots: int | None = None) -> 
 
 @dataclass
 class _RunState:
+    """Host-side bookkeeping of a run; the state itself lives in :class:`_Carry`."""
+
     step: int
-    x: list[np.ndarray]
-    results: object
     scales: list[np.ndarray]
     reference: np.ndarray
-    field_welford: list[np.ndarray] = field(default_factory=list)
-    latent_welford: list[np.ndarray] = field(default_factory=list)
     num_draws_written: int = 0
     num_fields_written: int = 0
     gradient_evaluations: int = 0
     warmup_gradient_evaluations: int = 0
     sampling_seconds: float = 0.0  # this process only (not checkpointed)
     sampling_gradients: int = 0
+
+
+def _skeleton(t):
+    """A leaf's stand-in in a stored nest structure (no reference to its buffer)."""
+    if isinstance(t, tf.__internal__.CompositeTensor):
+        return tf.type_spec_from_value(t)
+    return 0
+
+
+class _Carry:
+    """What the chunk loop carries from chunk to chunk, held in ``tf.Variable`` s.
+
+    Parts (each a nest of tensors): ``x`` (latent state per part, ``[chains, ...]``),
+    ``results`` (slim kernel results, :func:`~fieldhmc.samplers.kernels.slim_results`),
+    ``fw`` (float64 running moments of the field draws) and ``lw`` (of the latent
+    state, only with ``adapt_diagonal``).
+
+    Why variables: ``tf.function`` does not donate its arguments, so state passed in
+    and returned existed three times during a chunk -- the argument, the while loop's
+    copy of it (XLA may not write into a buffer it does not own) and the result. An
+    XLA-compiled function that assigns a resource variable instead updates the
+    variable's buffer in place (TensorFlow aliases resource updates with their inputs)
+    and runs the loop on it. Between chunks the host keeps no reference to these
+    buffers (a live reference would force a copy on write); it reads them, as NumPy
+    copies, only to checkpoint, re-centre or summarise.
+    """
+
+    PARTS = ("x", "results", "fw", "lw")
+
+    def __init__(self):
+        self._structure: dict = {}
+        self._variables: dict[str, list[tf.Variable]] = {}
+
+    def load(self, **parts) -> None:
+        """Set parts (arrays or tensors); the first load creates the variables."""
+        for name, value in parts.items():
+            flat = tf.nest.flatten(value, expand_composites=True)
+            if name not in self._variables:
+                # The nest without its tensors (composites, e.g. SNAPER's linear
+                # operators, by their TypeSpec): keeping ``value`` would keep its buffers.
+                self._structure[name] = tf.nest.map_structure(_skeleton, value)
+                self._variables[name] = [tf.Variable(t, trainable=False) for t in flat]
+            else:
+                for v, t in zip(self._variables[name], flat, strict=True):
+                    v.assign(t)
+
+    def read(self, name: str):
+        """Part ``name`` as tensors (inside the compiled chunk: reads of the variables)."""
+        return tf.nest.pack_sequence_as(
+            self._structure[name],
+            [v.read_value() for v in self._variables[name]],
+            expand_composites=True,
+        )
+
+    def assign(self, name: str, value) -> None:
+        """Overwrite part ``name`` (inside the compiled chunk: in place)."""
+        flat = tf.nest.flatten(value, expand_composites=True)
+        for v, t in zip(self._variables[name], flat, strict=True):
+            v.assign(t)
+
+    @property
+    def dtype(self) -> tf.DType:
+        """The state dtype (of the first latent part)."""
+        return self._variables["x"][0].dtype
+
+    def shapes(self, name: str) -> list[tuple[int, ...]]:
+        """Shapes of the flattened tensors of part ``name``."""
+        return [tuple(v.shape) for v in self._variables[name]]
+
+    def numpy(self, name: str):
+        """Part ``name`` as NumPy copies (nothing keeps the variables' buffers)."""
+        return tf.nest.pack_sequence_as(
+            self._structure[name],
+            [np.array(v.numpy(), copy=True) for v in self._variables[name]],
+            expand_composites=True,
+        )
 
 
 class Sampler:
@@ -270,6 +346,7 @@ class Sampler:
         self._bootstrap = tf.function(self._bootstrap_impl, jit_compile=True, autograph=False)
         self._chunk = tf.function(self._chunk_impl, jit_compile=True, autograph=False)
         self._field_slots: int | None = None  # set by run() before the first trace
+        self._carry = _Carry()  # loaded by run(); the compiled chunk updates it in place
 
     # -- compiled pieces -------------------------------------------------------------
     def _kernel(self, scales, reference, dtype, step_size):
@@ -296,21 +373,20 @@ class Sampler:
 
     def _bootstrap_impl(self, u_parts, scales, reference, step_size):
         kernel = self._kernel(scales, reference, u_parts[0].dtype, step_size)
-        return kernel.bootstrap_results(list(u_parts))
+        return slim_results(kernel.bootstrap_results(list(u_parts)))
 
-    def _chunk_impl(
-        self,
-        u_parts,
-        results,
-        scales,
-        reference,
-        seed,
-        start,
-        num_steps,
-        field_welford,
-        latent_welford,
-    ):
+    def _chunk_impl(self, scales, reference, delta, seed, start, num_steps):
+        """Run ``num_steps`` steps from the carried state; update it in place.
+
+        ``delta`` (``[chains]`` float64) re-centres the carried log densities on the
+        new ``reference``. Returns the per-step trace buffers, the stored-field buffer
+        and the number of fields in it.
+        """
         s = self.settings
+        carry = self._carry
+        u_parts = [x / sc for x, sc in zip(carry.read("x"), scales, strict=True)]
+        results = shift_target_log_prob(carry.read("results"), delta)
+        field_welford, latent_welford = carry.read("fw"), carry.read("lw")
         dtype = u_parts[0].dtype
         kernel = self._kernel(scales, reference, dtype, tf.constant(s.step_size, dtype))
         k = s.chunk_size
@@ -362,8 +438,10 @@ class Sampler:
             step = start + i
             step_seed = tf.random.experimental.stateless_fold_in(seed, step)
             lp_prev = target_log_prob_of(s.kind, res)
-            u, res = kernel.one_step(u, res, seed=step_seed)
+            # The loop carries slim results (no proposal, no momenta: see slim_results).
+            u, res = kernel.one_step(u, expand_results(res), seed=step_seed)
             st = step_stats(s.kind, res, lp_prev)
+            res = slim_results(res)
             bufs = dict(bufs)
             values = {
                 "lp": tf.cast(st.target_log_prob, tf.float64) + reference,
@@ -447,7 +525,11 @@ class Sampler:
                 maximum_iterations=k,
             )
         )
-        return u_parts, results, bufs, field_buf, nfields, field_welford, latent_welford
+        carry.assign("x", [u * sc for u, sc in zip(u_parts, scales, strict=True)])
+        carry.assign("results", results)
+        carry.assign("fw", field_welford)
+        carry.assign("lw", latent_welford)
+        return bufs, field_buf, nfields
 
     # -- Python-side orchestration -----------------------------------------------------
     def _to_u(self, x, scales):
@@ -479,15 +561,15 @@ class Sampler:
             tf.constant(reference),
             tf.constant(self.settings.step_size, dtype),
         )
-        return _RunState(
-            step=0,
-            x=x,
-            results=results,
-            scales=scales,
-            reference=reference,
-            field_welford=self._zero_welford_field(x),
-            latent_welford=_zero_welford([p.shape[1:] for p in x]),
+        self._carry.load(
+            x=x, results=results, fw=self._zero_welford_field(x), lw=self._zero_welford_latent(x)
         )
+        return _RunState(step=0, scales=scales, reference=reference)
+
+    def _zero_welford_latent(self, x):
+        # Windowed variances of the latent state feed adapt_diagonal only: without it
+        # the chunk carries the count alone, not 2 float64 copies of the state.
+        return _zero_welford([p.shape[1:] for p in x] if self.settings.adapt_diagonal else [])
 
     def _zero_welford_field(self, x):
         if self.field_outputs is None:
@@ -496,16 +578,18 @@ class Sampler:
         return _zero_welford([tuple(delta.shape[1:])])
 
     def _checkpoint(self, directory: Path, rs: _RunState) -> None:
-        flat = tf.nest.flatten(rs.results, expand_composites=True)
-        arrays = {f"x{i}": p for i, p in enumerate(rs.x)}
+        carry = self._carry
+        x = carry.numpy("x")
+        flat = tf.nest.flatten(carry.numpy("results"), expand_composites=True)
+        arrays = {f"x{i}": p for i, p in enumerate(x)}
         arrays.update({f"scale{i}": sc for i, sc in enumerate(rs.scales)})
         arrays.update({f"results{i}": np.asarray(t) for i, t in enumerate(flat)})
-        arrays.update({f"fw{i}": np.asarray(t) for i, t in enumerate(rs.field_welford)})
-        arrays.update({f"lw{i}": np.asarray(t) for i, t in enumerate(rs.latent_welford)})
+        arrays.update({f"fw{i}": np.asarray(t) for i, t in enumerate(carry.numpy("fw"))})
+        arrays.update({f"lw{i}": np.asarray(t) for i, t in enumerate(carry.numpy("lw"))})
         arrays["reference"] = rs.reference
         meta = {
             "step": rs.step,
-            "num_parts": len(rs.x),
+            "num_parts": len(x),
             "num_results_flat": len(flat),
             "num_draws_written": rs.num_draws_written,
             "num_fields_written": rs.num_fields_written,
@@ -531,14 +615,11 @@ class Sampler:
         results = tf.nest.pack_sequence_as(template, flat, expand_composites=True)
         fw = [arrays[k] for k in sorted(a for a in arrays if a.startswith("fw"))]
         lw = [arrays[k] for k in sorted(a for a in arrays if a.startswith("lw"))]
+        self._carry.load(x=x, results=results, fw=fw, lw=lw)
         return _RunState(
             step=meta["step"],
-            x=x,
-            results=results,
             scales=scales,
             reference=arrays["reference"],
-            field_welford=fw,
-            latent_welford=lw,
             num_draws_written=meta["num_draws_written"],
             num_fields_written=meta["num_fields_written"],
             gradient_evaluations=meta["gradient_evaluations"],
@@ -547,25 +628,25 @@ class Sampler:
 
     def _update_metric(self, rs: _RunState) -> None:
         """End of a slow window: new scales from the windowed variance, restart step size."""
-        count = float(rs.latent_welford[0])
+        x, lw = self._carry.numpy("x"), self._carry.numpy("lw")
+        count = float(lw[0])
         new_scales = []
-        for i, p in enumerate(rs.x):
-            var = np.asarray(rs.latent_welford[2 + 2 * i]) / max(count - 1.0, 1.0)
+        for i, p in enumerate(x):
+            var = np.asarray(lw[2 + 2 * i]) / max(count - 1.0, 1.0)
             var = (count / (count + 5.0)) * var + 1e-3 * (5.0 / (count + 5.0))
             new_scales.append(np.sqrt(var).astype(p.dtype))
-        dtype = tf.as_dtype(rs.x[0].dtype)
-        step_size = np.asarray(rs.results.new_step_size)
+        dtype = tf.as_dtype(x[0].dtype)
+        step_size = np.asarray(self._carry.numpy("results").new_step_size)
         rs.scales = new_scales
         results = self._bootstrap(
-            self._to_u(rs.x, new_scales),
+            self._to_u(x, new_scales),
             self._scales_tensors(new_scales, dtype),
             tf.constant(rs.reference),
             tf.constant(step_size, dtype),
         )
         remaining = self.settings.num_burnin_steps - rs.step
         results = results._replace(num_adaptation_steps=tf.constant(remaining, tf.int32))
-        rs.results = results
-        rs.latent_welford = _zero_welford([p.shape[1:] for p in rs.x])
+        self._carry.load(results=results, lw=self._zero_welford_latent(x))
 
     def run(
         self,
@@ -614,10 +695,11 @@ class Sampler:
             if init_state is None:
                 raise ValueError("init_state is required for a fresh run")
             rs = self._fresh_state(init_state)
+        dtype = self._carry.dtype
         field_slots = None
         if self.field_outputs is not None and self.field_outputs.store_fields:
-            shape = np.shape(rs.field_welford[1])  # one field (mean of the running moments)
-            itemsize = np.dtype(rs.x[0].dtype).itemsize
+            shape = self._carry.shapes("fw")[1]  # one field (mean of the running moments)
+            itemsize = dtype.size
             field_slots = field_buffer_slots(s, s.num_chains * math.prod(shape) * itemsize)
         if self._field_slots is None:
             self._field_slots = field_slots
@@ -625,7 +707,6 @@ class Sampler:
         windows = adaptation_windows(s.num_burnin_steps) if s.adapt_diagonal else []
         window_starts = {a for a, _ in windows}
         window_ends = {b for _, b in windows}
-        dtype = tf.as_dtype(rs.x[0].dtype)
         seed = tf.constant(stateless_seed(s.seed if seed is None else seed))
         bar = _progress_bar(progress, s.num_steps, rs.step)
         writer = None
@@ -649,24 +730,21 @@ class Sampler:
             if s.adapt_diagonal and rs.step in window_ends:
                 self._update_metric(rs)
             if s.adapt_diagonal and rs.step in window_starts:
-                rs.latent_welford = _zero_welford([p.shape[1:] for p in rs.x])
-            # Re-centre the float64 offset on the chunk's starting point.
-            new_ref = self._lp64([tf.constant(p) for p in rs.x]).numpy()
-            rs.results = shift_target_log_prob(rs.results, tf.constant(rs.reference - new_ref))
+                self._carry.load(lw=self._zero_welford_latent(self._carry.numpy("x")))
+            # Re-centre the float64 offset on the chunk's starting point (the chunk
+            # shifts the carried log densities by the change).
+            new_ref = self._lp64(self._carry.read("x")).numpy()
+            delta = tf.constant(rs.reference - new_ref)
             rs.reference = new_ref
             chunk_start = time.perf_counter()
-            out = self._chunk(
-                self._to_u(rs.x, rs.scales),
-                rs.results,
+            bufs, field_buf, nfields = self._chunk(
                 self._scales_tensors(rs.scales, dtype),
                 tf.constant(rs.reference),
+                delta,
                 seed,
                 tf.constant(rs.step, tf.int32),
                 tf.constant(stop - rs.step, tf.int32),
-                [tf.constant(t) for t in rs.field_welford],
-                [tf.constant(t) for t in rs.latent_welford],
             )
-            u, results, bufs, field_buf, nfields, fw, lw = out
             n = stop - rs.step
             traces = {name: buf.numpy()[:n] for name, buf in bufs.items()}
             if rs.step >= s.num_burnin_steps:  # compute time of pure sampling chunks
@@ -677,13 +755,7 @@ class Sampler:
             if rs.step < s.num_burnin_steps:  # chunks never straddle the end of warm-up
                 rs.warmup_gradient_evaluations += int(traces["n_steps"].sum())
             self._emit(sink, rs, traces, field_buf, int(nfields), stop)
-            rs.x = [
-                (ui * sc).numpy()
-                for ui, sc in zip(u, self._scales_tensors(rs.scales, dtype), strict=True)
-            ]
-            rs.results = results
-            rs.field_welford = [t.numpy() for t in fw]
-            rs.latent_welford = [t.numpy() for t in lw]
+            del field_buf
             rs.step = stop
             self._checkpoint(checkpoint_dir, rs)
             chunks_done += 1
@@ -713,7 +785,7 @@ class Sampler:
             rs.num_fields_written += nfields
 
     def _summary(self, rs: _RunState) -> dict:
-        fw = rs.field_welford
+        fw = self._carry.numpy("fw")
         field_mean = field_var = None
         if self.field_outputs is not None and float(fw[0]) > 1:
             field_mean = np.asarray(fw[1])
@@ -725,12 +797,12 @@ class Sampler:
             "scales": rs.scales,
             "field_mean": field_mean,
             "field_var": field_var,
-            "latent_state": rs.x,
+            "latent_state": self._carry.numpy("x"),
             "num_draws": rs.num_draws_written,
             "sampling_seconds": rs.sampling_seconds,
             "sampling_batched_gradients": rs.sampling_gradients,
             "warmup_gradient_evaluations": rs.warmup_gradient_evaluations,
-            "tuned": tuned_parameters(self.settings.kind, rs.results, rs.scales),
+            "tuned": tuned_parameters(self.settings.kind, self._carry.numpy("results"), rs.scales),
         }
 
 

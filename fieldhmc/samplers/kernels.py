@@ -28,6 +28,8 @@ __all__ = [
     "StepStats",
     "build_kernel",
     "default_target_accept_prob",
+    "expand_results",
+    "slim_results",
     "step_stats",
     "whiten",
 ]
@@ -356,6 +358,79 @@ def _metropolis_results(results):
     while not hasattr(results, "accepted_results"):
         results = results.inner_results
     return results
+
+
+def _map_metropolis(results, fn):
+    """Apply ``fn`` to the Metropolis-Hastings results inside wrapper results, if any."""
+    if hasattr(results, "accepted_results"):
+        return fn(results)
+    if hasattr(results, "inner_results"):
+        return results._replace(inner_results=_map_metropolis(results.inner_results, fn))
+    return results  # NUTS kinds, microcanonical kinds: nothing the next step skips
+
+
+def _placeholder(t):
+    """A scalar zero in place of a field-sized tensor (rank >= 2: ``[chains, ...]``)."""
+    if t is None or not hasattr(t, "shape") or t.shape.rank is None or t.shape.rank < 2:
+        return t
+    return tf.zeros([], t.dtype)
+
+
+def slim_results(results):
+    """Kernel results without the field-sized members the next step never reads.
+
+    TFP's Metropolis-Hastings results (the HMC kinds: ``hmc``, ``chees``, ``snaper``)
+    carry, per chain, the proposed state, the proposal's gradient and both momenta,
+    and the accepted momenta, besides the accepted gradient: seven state-sized
+    tensors of which the next ``one_step`` reads only the gradient
+    (``MetropolisHastings.one_step`` reads ``accepted_results`` alone, and
+    ``UncalibratedHamiltonianMonteCarlo.one_step`` reads its ``target_log_prob``,
+    ``grads_target_log_prob``, ``step_size`` and ``num_leapfrog_steps``; the accepted
+    momenta only enter a ``choose`` whose result is dropped again). Carried through
+    the compiled chunk's loop, passed in and returned, and checkpointed, they were
+    ~12 field-sized buffers per chain. Here every tensor of rank >= 2 in
+    ``proposed_state``, ``proposed_results`` and the accepted momenta becomes a scalar
+    zero (rank-1 ``[chains]`` members stay, so ``target_log_prob`` shifts still
+    apply); :func:`expand_results` restores the shapes ``one_step`` needs. Per-step
+    statistics (:func:`step_stats`) are taken from the full results before slimming.
+    Draws are unchanged: nothing the next step reads is dropped.
+    """
+
+    def slim(mh):
+        acc = mh.accepted_results
+        updates = {
+            name: tf.nest.map_structure(_placeholder, getattr(acc, name))
+            for name in ("initial_momentum", "final_momentum")
+            if hasattr(acc, name)
+        }
+        return mh._replace(
+            accepted_results=acc._replace(**updates),
+            proposed_state=tf.nest.map_structure(_placeholder, mh.proposed_state),
+            proposed_results=tf.nest.map_structure(_placeholder, mh.proposed_results),
+        )
+
+    return _map_metropolis(results, slim)
+
+
+def expand_results(results):
+    """Inverse of :func:`slim_results` for ``one_step``: accepted momenta alias the gradient.
+
+    The values are never read (see :func:`slim_results`); they only need the shapes
+    of the state parts for TFP's ``choose`` between proposed and accepted results.
+    The proposed members stay placeholders: ``one_step`` does not read them.
+    """
+
+    def expand(mh):
+        acc = mh.accepted_results
+        grads = acc.grads_target_log_prob
+        updates = {
+            name: list(grads) if isinstance(grads, (list, tuple)) else grads
+            for name in ("initial_momentum", "final_momentum")
+            if hasattr(acc, name)
+        }
+        return mh._replace(accepted_results=acc._replace(**updates))
+
+    return _map_metropolis(results, expand)
 
 
 def shift_target_log_prob(results, delta: tf.Tensor):

@@ -1,0 +1,91 @@
+"""Memory of the sampling phase: what the compiled chunk carries, in multiples of the state.
+
+Two mechanisms keep the sampling phase near the physical need, and each test fails
+without its mechanism: the kernel results carry only what the next step reads (the
+HMC kinds' proposal and momenta are dropped, see ``kernels.slim_results``), and the
+carried state lives in ``tf.Variable`` s that the XLA-compiled chunk updates in place
+(``driver._Carry``), so no state-sized argument of the chunk exists twice.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fieldhmc.samplers.checkpoint import load_checkpoint
+from fieldhmc.samplers.driver import Sampler, SamplerSettings
+from fieldhmc.samplers.storage import MemorySink
+
+GRID = (16, 16, 16)
+CHAINS = 2
+
+
+def _target(x, h):
+    z = tf.cast(x, tf.float64)
+    return -0.5 * tf.reduce_sum(z**2, axis=[1, 2, 3]) - 0.5 * tf.cast(h, tf.float64) ** 2
+
+
+@pytest.fixture(scope="module")
+def hmc_run(tmp_path_factory):
+    settings = SamplerSettings(
+        kind="hmc",
+        num_chains=CHAINS,
+        num_burnin_steps=2,
+        num_results=2,
+        num_leapfrog_steps=2,
+        chunk_size=4,
+    )
+    sampler = Sampler(
+        _target, settings, ["field", "h"], [np.ones(GRID, np.float32), np.float32(1.0)]
+    )
+    rng = np.random.default_rng(0)
+    init = [
+        rng.standard_normal((CHAINS, *GRID)).astype(np.float32),
+        np.zeros(CHAINS, np.float32),
+    ]
+    directory = tmp_path_factory.mktemp("ckpt")
+    sampler.run(MemorySink(), Path(directory), init, progress=False)
+    return sampler, Path(directory)
+
+
+def test_checkpointed_kernel_results_hold_only_the_gradient(hmc_run):
+    # TFP's HMC results held 7 state-sized tensors per chain (accepted gradient and
+    # momenta, proposed state, gradient and momenta); the next step reads 1.
+    _, directory = hmc_run
+    arrays, _ = load_checkpoint(directory)
+    state_bytes = arrays["x0"].nbytes + arrays["x1"].nbytes
+    results_bytes = sum(a.nbytes for k, a in arrays.items() if k.startswith("results"))
+    assert results_bytes < 1.1 * state_bytes, results_bytes / state_bytes
+
+
+def _entry_signature(hlo: str):
+    """(parameter shapes, {aliased parameter indices}) of an HLO module's entry."""
+    header = hlo.splitlines()[0]
+    layout = re.search(r"entry_computation_layout=\{\((.*)\)->", header).group(1)
+    params = re.findall(r"(\w+\[[\d,]*\])", re.sub(r"/\*index=\d+\*/", "", layout))
+    aliased = {int(p) for p in re.findall(r"\{\d+\}: \((\d+), \{\}, may-alias\)", header)}
+    return params, aliased
+
+
+def test_chunk_updates_the_carried_state_in_place(hmc_run):
+    # Passed as arguments and returned, the state and its gradient existed as the
+    # argument, the loop's copy and the result (tf.function donates nothing); as
+    # variables assigned by the compiled chunk, their buffers are aliased in place.
+    sampler, _ = hmc_run
+    args = (
+        [tf.ones(GRID, tf.float32), tf.ones([], tf.float32)],
+        tf.zeros([CHAINS], tf.float64),
+        tf.zeros([CHAINS], tf.float64),
+        tf.constant([0, 0]),
+        tf.constant(0),
+        tf.constant(4),
+    )
+    hlo = sampler._chunk.experimental_get_compiler_ir(*args)(stage="hlo")
+    params, aliased = _entry_signature(hlo)
+    state_sized = [i for i, p in enumerate(params) if p == f"f32[{CHAINS},16,16,16]"]
+    assert len(state_sized) == 2, params  # the state and its gradient, nothing else
+    assert set(state_sized) <= aliased, (state_sized, sorted(aliased))
