@@ -50,6 +50,10 @@ from fieldhmc.samplers.kernels import (
 )
 from fieldhmc.seeds import stateless_seed
 
+# Version of what a checkpoint holds: 2 since kernel results are slimmed (no proposal or
+# momenta) and the chunk's state lives in variables. Older checkpoints are refused.
+CHECKPOINT_LAYOUT = 2
+
 __all__ = [
     "FieldOutputs",
     "Sampler",
@@ -588,6 +592,7 @@ class Sampler:
         arrays.update({f"lw{i}": np.asarray(t) for i, t in enumerate(carry.numpy("lw"))})
         arrays["reference"] = rs.reference
         meta = {
+            "layout": CHECKPOINT_LAYOUT,
             "step": rs.step,
             "num_parts": len(x),
             "num_results_flat": len(flat),
@@ -601,6 +606,13 @@ class Sampler:
 
     def _restore(self, directory: Path) -> _RunState:
         arrays, meta = load_checkpoint(directory)
+        layout = meta.get("layout", 1)
+        if layout != CHECKPOINT_LAYOUT:
+            raise ValueError(
+                f"checkpoint {directory} has state layout {layout}, this fieldhmc reads "
+                f"layout {CHECKPOINT_LAYOUT}: resume it with the version that wrote it, "
+                "or start the run afresh"
+            )
         n = meta["num_parts"]
         x = [arrays[f"x{i}"] for i in range(n)]
         scales = [arrays[f"scale{i}"] for i in range(n)]

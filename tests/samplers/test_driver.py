@@ -10,6 +10,7 @@ import tensorflow as tf
 from scipy import stats
 
 from fieldhmc.diagnostics import ess_bulk
+from fieldhmc.samplers.checkpoint import load_checkpoint, save_checkpoint
 from fieldhmc.samplers.driver import Sampler, SamplerSettings, adaptation_windows
 from fieldhmc.samplers.storage import H5TraceSink, MemorySink, read_traces
 
@@ -208,6 +209,16 @@ def test_resume_after_kill_is_bit_identical(tmp_path):
 def test_resume_truncates_draws_written_after_the_checkpoint(tmp_path):
     _, full = _run_traces(tmp_path / "full", seed=6)
     sampler, _ = _run_traces(tmp_path / "killed", seed=6, max_chunks=6)  # into sampling
+    # A checkpoint from before the slimmed results (no "layout" key) is refused in one
+    # line, and left as it was.
+    checkpoint = tmp_path / "killed" / "checkpoint"
+    arrays, meta = load_checkpoint(checkpoint)
+    old = {k: v for k, v in meta.items() if k != "layout"}
+    save_checkpoint(checkpoint, arrays, old)
+    with pytest.raises(ValueError, match="state layout 1, this fieldhmc reads layout 2"):
+        _run_traces(tmp_path / "killed", seed=6, resume=True)
+    assert load_checkpoint(checkpoint)[1] == old
+    save_checkpoint(checkpoint, arrays, meta)
     # Simulate a kill between the trace append and the checkpoint: extra rows on disk.
     H5TraceSink(tmp_path / "killed" / "traces.h5").append(
         {k: v[:7] for k, v in read_traces(tmp_path / "killed" / "traces.h5").items()}
