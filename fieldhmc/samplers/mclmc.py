@@ -437,6 +437,17 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         lp, g = tfp.math.value_and_gradient(lambda *p: self.target_log_prob_fn(*p), x)
         return lp, list(g)
 
+    def _maybe_tune(self, r, x, statistic, finite, dim):
+        """:meth:`_tune` during warm-up; after it, the tuned values unchanged without
+        computing the stages' field-sized moments (a ``tf.cond``: XLA runs one branch)."""
+        if self.num_adaptation_steps == 0:
+            return r.step_size, r.trajectory_length, r.tuning
+        return tf.cond(
+            r.step < self.num_adaptation_steps,
+            lambda: self._tune(r, x, statistic, finite, dim),
+            lambda: (r.step_size, r.trajectory_length, r.tuning),
+        )
+
     def bootstrap_results(self, init_state) -> MicrocanonicalResults:
         x = [tf.convert_to_tensor(p) for p in tf.nest.flatten(init_state)]
         dtype = x[0].dtype
@@ -566,7 +577,7 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         u = _select(finite, u, _unit_vector(x0, nan_seed))
         lp = tf.where(finite, lp, r.target_log_prob)
         energy_change = tf.where(finite, energy_change, tf.zeros_like(energy_change))
-        eps_new, l_new, tuning = self._tune(r, x, energy_change, finite, dim)
+        eps_new, l_new, tuning = self._maybe_tune(r, x, energy_change, finite, dim)
         results = MicrocanonicalResults(
             target_log_prob=lp,
             grads_target_log_prob=g,
@@ -686,7 +697,7 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         u = _select(accepted, u, u0)
         lp = tf.where(accepted, lp, r.target_log_prob)
         accept_prob = tf.exp(tf.minimum(log_accept, 0.0))
-        eps_new, l_new, tuning = self._tune(r, x, accept_prob, finite, dim)
+        eps_new, l_new, tuning = self._maybe_tune(r, x, accept_prob, finite, dim)
         results = MicrocanonicalResults(
             target_log_prob=lp,
             grads_target_log_prob=g,
