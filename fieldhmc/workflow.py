@@ -456,17 +456,18 @@ def run(
 ) -> io.RunDirectory:
     """Simulate or load data, sample, write the run directory, diagnose and (if
     ``plots``) plot."""
+    mesh = None
     if config.distribution is not None:  # the mesh's devices before any TF op
         from fieldhmc.ops.sharded import make_mesh
 
-        make_mesh(config.distribution.mesh[0], config.distribution.devices)
+        mesh = make_mesh(config.distribution.mesh[0], config.distribution.devices)
     model = build_model(config)
     d = _obtain_data(config, model)
     rundir = io.prepare_run_directory(out_dir, overwrite)
     _write_config(rundir, config)
     _write_data(rundir, model, d)
-    if config.distribution is not None:
-        _sample_sharded(rundir, config, model, d.data)
+    if mesh is not None:
+        _sample_sharded(rundir, config, model, d.data, mesh)
         return rundir
     _sample(rundir, config, model, d.data, resume_run=False, progress=progress)
     diagnose(rundir.root)
@@ -475,7 +476,7 @@ def run(
     return rundir
 
 
-def _sample_sharded(run: io.RunDirectory, config: cfg.Config, model, data) -> None:
+def _sample_sharded(run: io.RunDirectory, config: cfg.Config, model, data, mesh) -> None:
     """A ``distribution`` run: :func:`fieldhmc.samplers.sharded.run_sharded_hmc` on the mesh.
 
     Standalone for now (no chunks, checkpoints, trace store, diagnostics or plots):
@@ -485,11 +486,10 @@ def _sample_sharded(run: io.RunDirectory, config: cfg.Config, model, data) -> No
     import time
 
     from fieldhmc.models.sharded import ShardedGaussianTarget
-    from fieldhmc.ops.sharded import gather, make_mesh
+    from fieldhmc.ops.sharded import gather
     from fieldhmc.samplers.sharded import run_sharded_hmc
 
     dist, s = config.distribution, config.sampler
-    mesh = make_mesh(dist.mesh[0], dist.devices)
     target = ShardedGaussianTarget(model, data, mesh)
     rng = np.random.default_rng(s.seed)
     init = target.shard(rng.standard_normal((s.num_chains, *model.grid.grid_shape)))
