@@ -438,8 +438,9 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         return lp, list(g)
 
     def _maybe_tune(self, r, x, statistic, finite, dim):
-        """:meth:`_tune` during warm-up; after it, the tuned values unchanged without
-        computing the stages' field-sized moments (a ``tf.cond``: XLA runs one branch)."""
+        """:meth:`_tune` during warm-up (its only caller); after it, or without warm-up,
+        the tuned values unchanged without computing the stages' field-sized moments (a
+        ``tf.cond``: XLA runs one branch)."""
         if self.num_adaptation_steps == 0:
             return r.step_size, r.trajectory_length, r.tuning
         return tf.cond(
@@ -601,8 +602,6 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
     def _tune(self, r, x, energy_change, finite, dim):
         t = r.step
         eps, big_l, tuning = r.step_size, r.trajectory_length, r.tuning
-        if self.num_adaptation_steps == 0:
-            return eps, big_l, tuning
         dtype = eps.dtype
         end1, end2, end3 = self.stage_ends
         all_finite = tf.reduce_all(finite)
@@ -719,8 +718,6 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
     def _tune(self, r, x, accept_prob, finite, dim):
         t = r.step
         eps, big_l, tuning = r.step_size, r.trajectory_length, r.tuning
-        if self.num_adaptation_steps == 0:
-            return eps, big_l, tuning
         dtype = eps.dtype
         end1, end2, end3, end4 = self.stage_ends
         target = tf.cast(self._parameters["target_accept_prob"], dtype)
