@@ -1,4 +1,4 @@
-"""The Gaussian model's target and HMC with the field sharded over 4 virtual CPUs.
+"""The Gaussian model's target and HMC (bare and driver-run) sharded over 4 virtual CPUs.
 
 Computations run in a subprocess (``tests/samplers/sharded_cases.py``) that makes
 the virtual devices before TensorFlow initialises; these tests assert its results.
@@ -31,12 +31,39 @@ def test_sharded_target_equals_the_models_target(results, case):
     assert r["grad_rel"] < tol
 
 
-def test_four_device_hmc_reproduces_the_single_device_draws_float64(results):
-    r = results["repro"]["float64"]
+def test_driver_run_on_four_devices_reproduces_the_single_device_run_float64(results):
+    """The chunked driver (ShardedSampler) on 4 devices == on plain tensors of one
+    device: accept/reject decisions, state, log density, per-draw power and tracked
+    modes, stored field draws and running mean, to float64 rounding."""
+    r = results["driver"]["repro"]
+    assert r["num_draws"] == 4 and r["num_fields"] == 2
+    for name in ("lp", "energy", "power", "tracked_real", "step_size", "n_steps"):
+        assert name in r["names"]
     assert r["same_accepts"]
     assert 0.3 < r["accept_rate"] < 1.0  # the run moved and was tested
-    assert r["max_draw_diff"] < 1e-12 * r["draw_scale"] * 100
+    assert r["max_state_diff"] < 1e-13 * r["state_scale"]
     assert r["max_lp_diff"] < 1e-9
+    assert r["max_power_rel"] < 1e-11
+    assert r["max_tracked_diff"] < 1e-11
+    assert r["max_field_diff"] < 1e-13 * r["state_scale"]
+    assert r["max_mean_diff"] < 1e-13
+
+
+def test_driver_run_equals_the_bare_transition_loop(results):
+    """Chunking, checkpoints and storage do not change the chain (same seed)."""
+    r = results["driver"]["repro"]
+    assert r["bare_state_diff"] == 0.0
+    assert r["bare_lp_diff"] == 0.0
+
+
+def test_sharded_driver_resume_is_bit_identical(results):
+    """Killed after two chunks, resumed from the (gathered, re-sharded) checkpoint."""
+    r = results["driver"]["resume"]
+    assert r["interrupted_step"] == 2 and r["complete"]
+    assert r["num_draws"] == 4
+    assert r["traces_identical"]
+    assert r["fields_identical"]
+    assert r["state_identical"]
 
 
 @pytest.mark.slow
@@ -48,7 +75,8 @@ def test_four_device_hmc_reproduces_the_single_device_draws_float32(slow_results
 
 @pytest.mark.slow
 @pytest.mark.parametrize("masked", ["unmasked", "masked"])
-def test_sharded_hmc_passes_the_wiener_ztest(slow_results, masked):
-    """Every latent's posterior mean and variance (8³, dense reference), MCSE-scaled."""
+def test_driver_run_sharded_hmc_passes_the_wiener_ztest(slow_results, masked):
+    """Every voxel's posterior mean and variance of delta from the driver-run 4-device
+    chain's stored draws (8³, 400 draws x 4 chains, dense reference), MCSE-scaled."""
     r = slow_results[masked]
     assert r["p"] > 1e-3 and r["max_abs_z"] < 4.5, r
