@@ -2,9 +2,10 @@
 
 Each device holds its x-slab of the position, the momentum and the gradient;
 the log density and the kinetic energy are global float64 sums. The transition is
-plain Metropolis-adjusted HMC (leapfrog, identity metric, fixed step size and
-number of steps, one Metropolis test per chain) written with ops DTensor can
-shard, compiled once with ``tf.function`` (DTensor programs are not XLA-compiled).
+plain Metropolis-adjusted HMC (leapfrog, identity metric, a fixed number of steps,
+one Metropolis test per chain) written with ops DTensor can shard, compiled once
+with ``tf.function`` (DTensor programs are not XLA-compiled); the driver adapts its
+step size during warm-up by dual averaging on the host (:func:`dual_averaging_update`).
 
 :class:`ShardedSampler` runs it through the driver's
 :meth:`fieldhmc.samplers.driver.Sampler.run` -- the same chunks, checkpoints,
@@ -40,6 +41,7 @@ References
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -56,10 +58,11 @@ from fieldhmc.samplers.driver import (
     _welford_update,
     _zero_welford,
 )
-from fieldhmc.samplers.kernels import MAX_ENERGY_ERROR
+from fieldhmc.samplers.kernels import MAX_ENERGY_ERROR, default_target_accept_prob
 
 __all__ = [
     "ShardedFieldOutputs",
+    "dual_averaging_update",
     "ShardedHMCResult",
     "ShardedHMCResults",
     "ShardedSampler",
@@ -324,13 +327,60 @@ class ShardedHMCResults(NamedTuple):
     grad_target_log_prob : tf.Tensor
         Its gradient, ``[chains, *grid]`` in slabs.
     new_step_size : tf.Tensor
-        Scalar, state dtype: the (fixed) leapfrog step (TFP's name for the step size
-        the next transition uses).
+        Scalar: the leapfrog step the next transition uses (TFP's name).
+    error_sum, log_averaging_step : tf.Tensor
+        float64 scalars: the dual-averaging state (TFP's names, see
+        :func:`dual_averaging_update`).
     """
 
     target_log_prob: tf.Tensor
     grad_target_log_prob: tf.Tensor
     new_step_size: tf.Tensor
+    error_sum: tf.Tensor
+    log_averaging_step: tf.Tensor
+
+
+def dual_averaging_update(
+    step: int,
+    accept_prob: float,
+    step_size: float,
+    error_sum: float,
+    log_averaging_step: float,
+    *,
+    target_accept_prob: float,
+    initial_step_size: float,
+    num_adaptation_steps: int,
+) -> tuple[float, float, float]:
+    """One step of TFP's ``DualAveragingStepSizeAdaptation``, in float64 on the host.
+
+    Hoffman & Gelman's dual averaging (arXiv:1111.4246, Algorithm 5) with TFP's
+    defaults: shrinkage target :math:`\\mu = \\log(10 \\epsilon_0)`, :math:`\\gamma =
+    0.05`, :math:`t_0 = 10`, :math:`\\kappa = 0.75`; ``accept_prob`` is the mean of the
+    chains' acceptance probabilities (TFP's ``reduce_logmeanexp``). With
+    :math:`n = \\text{step} + 1` and :math:`H_n` the running sum of
+    ``target_accept_prob - accept_prob``:
+
+    .. math:: \\log\\epsilon_n = \\mu - \\frac{\\sqrt n\\, H_n}{\\gamma (n + t_0)},\\qquad
+              \\log\\bar\\epsilon_n = n^{-\\kappa}\\log\\epsilon_n
+              + (1 - n^{-\\kappa}) \\log\\bar\\epsilon_{n-1}.
+
+    The step size is :math:`\\epsilon_n` while ``n < num_adaptation_steps``,
+    :math:`\\bar\\epsilon_n` at ``n == num_adaptation_steps`` and fixed afterwards.
+
+    Returns
+    -------
+    tuple of float
+        ``(new_step_size, error_sum, log_averaging_step)``.
+    """
+    n = step + 1
+    if n > num_adaptation_steps:
+        return step_size, error_sum, log_averaging_step
+    error_sum = error_sum + target_accept_prob - accept_prob
+    log_step = math.log(10.0 * initial_step_size) - error_sum * math.sqrt(n) / ((n + 10) * 0.05)
+    eta = n**-0.75
+    log_averaging_step = eta * log_step + (1.0 - eta) * log_averaging_step
+    new = log_step if n < num_adaptation_steps else log_averaging_step
+    return math.exp(new), error_sum, log_averaging_step
 
 
 @dataclass(frozen=True)
@@ -430,8 +480,10 @@ class ShardedSampler(Sampler):
         The log density on the mesh (or on plain tensors, ``target.mesh = None``:
         the single-device reference).
     settings : SamplerSettings
-        ``kind="hmc"``, no jitter, no diagonal adaptation; ``step_size`` and
-        ``num_leapfrog_steps`` are fixed (warm-up steps are run and discarded).
+        ``kind="hmc"``, no jitter, no diagonal adaptation. The step size adapts
+        during warm-up by dual averaging toward ``target_accept_prob`` (as the
+        single-device ``hmc``; :func:`dual_averaging_update`); ``num_leapfrog_steps``
+        is fixed.
     field_outputs : ShardedFieldOutputs, optional
         Per-draw power, tracked modes, field moments and stored draws of delta.
     """
@@ -481,7 +533,7 @@ class ShardedSampler(Sampler):
     def _results_template(self, *args) -> ShardedHMCResults:
         """The results' structure (for packing a checkpoint's arrays)."""
         del args
-        return ShardedHMCResults(0, 0, 0)
+        return ShardedHMCResults(0, 0, 0, 0, 0)
 
     def _scales_tensors(self, scales, dtype):
         return None  # identity metric
@@ -498,11 +550,12 @@ class ShardedSampler(Sampler):
         reference = _host(lp)
         if not np.all(np.isfinite(reference)):
             raise ValueError("the log density is not finite at the initial state")
-        step_size = np.asarray(self.settings.step_size, x.dtype)
+        step_size = np.asarray(self.settings.step_size, np.float64)
         fw = _zero_welford([self.target.grid_shape] if self.field_outputs else [()])
+        zero = np.zeros((), np.float64)
         self._carry.load(
             x=[xt],
-            results=ShardedHMCResults(lp, grad, step_size),
+            results=ShardedHMCResults(lp, grad, step_size, zero, zero),
             fw=fw,
             lw=_zero_welford([]),
         )
@@ -519,9 +572,18 @@ class ShardedSampler(Sampler):
         (x,) = carry.read("x")
         res = carry.read("results")
         fw = carry.read("fw")
-        lp, grad, eps = res  # eps: the carried (replicated) step size
+        lp, grad = res.target_log_prob, res.grad_target_log_prob
+        eps, error_sum, log_avg = (
+            float(_host(t)) for t in (res.new_step_size, res.error_sum, res.log_averaging_step)
+        )
+        adapt = {
+            "target_accept_prob": s.target_accept_prob or default_target_accept_prob("hmc"),
+            "initial_step_size": s.step_size,
+            "num_adaptation_steps": s.num_burnin_steps,
+        }
+        dtype = self.target.dtype
         chains = s.num_chains
-        names = ("lp", "energy", "energy_error", "is_accepted")
+        names = ("lp", "energy", "energy_error", "is_accepted", "step_size")
         out = {name: [] for name in names}
         field_names = []
         if fo is not None:
@@ -532,10 +594,16 @@ class ShardedSampler(Sampler):
         for i in range(int(num_steps.numpy())):
             step = first + i
             x, lp, grad, energy, energy_error, accepted = self._one_step(
-                x, lp, grad, eps, *bases, tf.constant(step, tf.int64)
+                x, lp, grad, tf.constant(eps, dtype), *bases, tf.constant(step, tf.int64)
             )
-            for name, value in zip(names, (lp, energy, energy_error, accepted), strict=True):
-                out[name].append(_host(value))
+            values = [_host(v) for v in (lp, energy, energy_error, accepted)]
+            out["step_size"].append(np.full(chains, eps))
+            for name, value in zip(names[:4], values, strict=True):
+                out[name].append(value)
+            accept_prob = float(np.mean(_acceptance(values[2])))
+            eps, error_sum, log_avg = dual_averaging_update(
+                step, accept_prob, eps, error_sum, log_avg, **adapt
+            )
             if fo is None:
                 continue
             if step >= s.num_burnin_steps:
@@ -548,24 +616,23 @@ class ShardedSampler(Sampler):
             for name, value in zip(field_names, values, strict=True):
                 stats[name].append(value)
         carry.assign("x", [x])
-        carry.assign("results", ShardedHMCResults(lp, grad, eps))
+        hyper = [np.asarray(v, np.float64) for v in (eps, error_sum, log_avg)]
+        carry.assign("results", ShardedHMCResults(lp, grad, *map(carry.place, hyper)))
         carry.assign("fw", fw)
         ee = np.stack(out["energy_error"])
-        lar = np.where(np.isnan(ee), -np.inf, -ee)
         n = ee.shape[0]
         bufs = {
             "lp": np.stack(out["lp"]),
-            "acceptance_rate": np.exp(np.minimum(lar, 0.0)),
+            "acceptance_rate": _acceptance(ee),
             "is_accepted": np.stack(out["is_accepted"]),
             "diverging": ~np.isfinite(ee) | (ee > MAX_ENERGY_ERROR),
             "energy": np.stack(out["energy"]),
-            "step_size": np.full((n, chains), float(_host(eps)), np.float64),
+            "step_size": np.stack(out["step_size"]),
             "n_steps": np.full((n, chains), s.num_leapfrog_steps, np.int32),
             "tree_depth": np.zeros((n, chains), np.int32),
             "energy_error": ee,
         }
         bufs.update({name: np.stack(v) for name, v in stats.items()})
-        dtype = self.target.dtype
         field_buf = np.stack(fields) if fields else np.zeros([1], dtype.as_numpy_dtype)
         return (
             {name: tf.constant(v) for name, v in bufs.items()},
@@ -634,6 +701,12 @@ class ShardedSampler(Sampler):
             return delta, values, fw
 
         return field_stats
+
+
+def _acceptance(energy_error: np.ndarray) -> np.ndarray:
+    """Metropolis acceptance probability ``min(1, exp(-energy error))`` (NaN -> 0)."""
+    lar = np.where(np.isnan(energy_error), -np.inf, -energy_error)
+    return np.exp(np.minimum(lar, 0.0))
 
 
 def _has(fo: ShardedFieldOutputs) -> bool:

@@ -188,7 +188,8 @@ def driver_cases(mesh):
     from fieldhmc.samplers.sharded import run_sharded_hmc
 
     model, data = _problem(True, "float64")
-    settings = _settings(1, 4, 2, 3, 0.4, 5, field_thin=2)
+    # 4 warm-up steps adapt the step size (dual averaging), 4 draws; chunks of 3.
+    settings = _settings(4, 4, 3, 3, 0.1, 5, field_thin=2)
     init = [np.random.default_rng(5).standard_normal((4, *GRID))]
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -197,16 +198,23 @@ def driver_cases(mesh):
         s1, t1, f1, _ = _driver_run(one, tmp / "one", init)
         four = _driver(model, data, mesh, settings)
         s4, t4, f4, _ = _driver_run(four, tmp / "four", init)
-        # Killed after two chunks (one draw and one field stored), resumed (re-sharded).
-        partial, _, _, _ = _driver_run(four, tmp / "resumed", init, max_chunks=2)
-        sr, tr, fr, _ = _driver_run(four, tmp / "resumed", resume=True)
+        # Killed in warm-up (step 3: the step size still adapting), resumed and killed
+        # again in sampling (step 6: two draws and one field stored), resumed to the end;
+        # each resume reads only the (gathered, re-sharded) checkpoint.
+        d = tmp / "resumed"
+        first, _, _, _ = _driver_run(four, d, init, max_chunks=1)
+        second, _, _, _ = _driver_run(four, d, resume=True, max_chunks=2)
+        sr, tr, fr, _ = _driver_run(four, d, resume=True)
+        # Without warm-up (nothing adapts) the driver's chain is the bare loop's.
+        s0, t0, _, _ = _driver_run(
+            _driver(model, data, None, _settings(0, 3, 2, 3, 0.4, 5)), tmp / "fixed", init
+        )
     bare = run_sharded_hmc(
         ShardedGaussianTarget(model, data, None).value_and_gradient,
         tf.constant(init[0]),
         step_size=0.4,
         num_leapfrog_steps=3,
-        num_results=4,
-        num_burnin_steps=1,
+        num_results=3,
         seed=5,
     )
     scale = float(np.max(np.abs(s1["latent_state"][0])))
@@ -226,11 +234,13 @@ def driver_cases(mesh):
         ),
         "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
         "max_mean_diff": float(np.max(np.abs(s1["field_mean"] - s4["field_mean"]))),
-        "bare_state_diff": float(np.max(np.abs(bare.state.numpy() - s1["latent_state"][0]))),
-        "bare_lp_diff": float(np.max(np.abs(bare.target_log_prob - t1["lp"]))),
+        "step_sizes": [float(v) for v in t1["step_size"][:, 0]],
+        "bare_accept_rate": float(bare.is_accepted.mean()),
+        "bare_state_diff": float(np.max(np.abs(bare.state.numpy() - s0["latent_state"][0]))),
+        "bare_lp_diff": float(np.max(np.abs(bare.target_log_prob - t0["lp"]))),
     }
     out["resume"] = {
-        "interrupted_step": int(partial["step"]),
+        "interrupted_steps": [int(first["step"]), int(second["step"])],
         "complete": bool(sr["complete"]),
         "traces_identical": all(np.array_equal(t4[k], tr[k]) for k in t4)
         and sorted(tr) == sorted(t4),
