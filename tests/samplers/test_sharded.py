@@ -140,3 +140,45 @@ def test_dual_averaging_update_replays_tfps_step_sizes():
     np.testing.assert_allclose(ours, new_step, rtol=1e-12)
     assert len(set(np.round(new_step[:8], 6))) > 4  # it adapted
     assert np.all(new_step[8:] == new_step[7])  # and then stayed
+
+
+_WHILE_LOOP_OVER_SLAB_FFT = """
+import numpy as np, tensorflow as tf
+from fieldhmc.ops import sharded as sh
+mesh = sh.make_mesh(4)
+x = sh.shard(np.ones((1, 8, 8, 8)), sh.slab_layout(mesh))
+
+@tf.function(autograph=False)
+def f(u):
+    def body(i, u):
+        return i + 1, sh.irfft3d(sh.rfft3d(u, mesh), mesh, fft_length=(8, 8, 8))
+    return tf.while_loop(lambda i, _: i < 2, body, (tf.constant(0), u))[1]
+
+print(float(np.sum(sh.gather(f(x)))))
+"""
+
+
+@pytest.mark.slow
+def test_dtensor_while_loop_over_the_slab_fft_still_crashes():
+    """Why the sharded chunk loops in Python over a compiled transition: in TF 2.21 a
+    DTensor tf.while_loop whose body runs the slab transforms segfaults (no upstream
+    issue found). When this fails, TensorFlow runs it and the chunk could become one
+    compiled while loop (fieldhmc/samplers/sharded.py module docs)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.dtensor_subprocess import ROOT
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", _WHILE_LOOP_OVER_SLAB_FFT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0, f"the while loop ran: {proc.stdout[-200:]}"
+    assert proc.returncode == -11, proc.stderr[-2000:]  # SIGSEGV, not a Python error
