@@ -105,22 +105,16 @@ def test_dual_averaging_update_replays_tfps_step_sizes():
         target_accept_prob=tf.constant(0.65, tf.float64),
     )
 
-    @tf.function(autograph=False)
-    def run():
-        return tfp.mcmc.sample_chain(
-            12,
-            tf.zeros([4, 3], tf.float64),
-            kernel=kernel,
-            trace_fn=lambda _, r: (
-                r.inner_results.log_accept_ratio,
-                r.new_step_size,
-                r.inner_results.accepted_results.step_size,
-            ),
-            seed=tf.constant([1, 2], tf.int32),
-        )
-
-    _, (lar, new_step, used_step) = run()
-    lar, new_step, used_step = lar.numpy(), new_step.numpy(), used_step.numpy()
+    step = tf.function(kernel.one_step, autograph=False)  # one small trace
+    x = tf.zeros([4, 3], tf.float64)
+    r = kernel.bootstrap_results(x)
+    lar, new_step, used_step = [], [], []
+    for t in range(12):
+        x, r = step(x, r, seed=tf.constant([1, t], tf.int32))
+        lar.append(r.inner_results.log_accept_ratio.numpy())
+        new_step.append(float(r.new_step_size))
+        used_step.append(float(r.inner_results.accepted_results.step_size))
+    new_step = np.asarray(new_step)
     eps, error_sum, log_avg = 0.9, 0.0, 0.0
     ours = []
     for t in range(12):
