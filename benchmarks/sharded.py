@@ -14,7 +14,15 @@
    state, for one device (plain) and for a 4-device mesh. Virtual devices share one
    address space, so the per-device figure is the total / 4 (DTensor components are
    equal by construction); the size of each device's component of the state is
-   printed too.
+   printed too;
+4. **ms per gradient of a whole HMC run, through the driver vs standalone** on
+   meshes of 1, 2 and 4 devices (and plain tensors): ``ShardedSampler.run`` (the
+   chunked driver: checkpoint after every chunk, trace sink, with and without the
+   per-draw field outputs of ``fieldhmc run``) against the bare loop over the same
+   compiled transition (:func:`fieldhmc.samplers.sharded.run_sharded_hmc` without
+   its compile), per gradient (``transitions x num_leapfrog_steps``).
+
+``--driver-only`` runs section 4 alone.
 """
 
 from __future__ import annotations
@@ -138,6 +146,102 @@ def timing(grids, repeats: int) -> None:
         )
 
 
+def driver_timing(grids, repeats: int, transitions: int = 10, leapfrog: int = 4) -> None:
+    """Section 4: the driver's sharded run against the bare transition loop."""
+    import tempfile
+
+    import numpy as np
+    import tensorflow as tf
+    from _timing import median_seconds
+    from tensorflow.experimental import dtensor
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import sharded
+    from fieldhmc.samplers import MemorySink, SamplerSettings
+    from fieldhmc.samplers.sharded import (
+        ShardedFieldOutputs,
+        ShardedSampler,
+        _base_key,
+        _host,
+        make_hmc_transition,
+    )
+    from fieldhmc.workflow import tracked_mode_indices
+
+    sharded.make_mesh(4)
+    meshes = {"plain": None}
+    meshes.update(
+        {
+            f"P={p}": dtensor.create_mesh([("x", p)], devices=[f"CPU:{i}" for i in range(p)])
+            for p in (1, 2, 4)
+        }
+    )
+    settings = SamplerSettings(
+        kind="hmc",
+        num_chains=CHAINS,
+        num_burnin_steps=0,
+        num_results=transitions,
+        num_leapfrog_steps=leapfrog,
+        step_size=0.05,
+        chunk_size=5,
+        field_thin=5,
+    )
+    grads = transitions * leapfrog
+    print(
+        f"\n4. ms per gradient of an HMC run ({transitions} transitions x {leapfrog} leapfrog,"
+        f" {CHAINS} chains, float32, chunks of 5; median of {repeats}, round-robin)"
+    )
+    print(
+        "  grid |  mesh | standalone | driver | driver + field outputs |"
+        " driver / standalone | + outputs / standalone"
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="sharded-bench-"))
+    for n in grids:
+        model, data = _problem(n)
+        grid = model.grid
+        init = [np.random.default_rng(0).standard_normal((CHAINS, n, n, n)).astype(np.float32)]
+        outputs = ShardedFieldOutputs(grid, grid.kbins(), tracked_mode_indices(grid, 8), True)
+        for name, mesh in meshes.items():
+            target = ShardedGaussianTarget(model, data, mesh)
+            x0 = target.shard(init[0])
+            one_step = make_hmc_transition(
+                target.value_and_gradient,
+                (CHAINS, n, n, n),
+                tf.float32,
+                num_leapfrog_steps=leapfrog,
+                mesh=mesh,
+            )
+            vg = tf.function(target.value_and_gradient, autograph=False)
+            bases = _base_key(0, 0), _base_key(0, 1)
+            eps = tf.constant(0.05, tf.float32)
+
+            def standalone(one_step=one_step, vg=vg, x0=x0, bases=bases, eps=eps):
+                x = x0
+                lp, grad = vg(x)
+                for t in range(transitions):
+                    x, lp, grad, _, _, acc = one_step(
+                        x, lp, grad, eps, *bases, tf.constant(t, tf.int64)
+                    )
+                    _host(lp), _host(acc)
+
+            drivers = {
+                "driver": ShardedSampler(target, settings),
+                "outputs": ShardedSampler(target, settings, outputs),
+            }
+
+            def driver(sampler, key, where=tmp / f"{n}-{name}", init=init):
+                sampler.run(MemorySink(), where / key, init, progress=False)
+
+            fns = {"standalone": standalone}
+            fns.update({k: (lambda v=v, k=k: driver(v, k)) for k, v in drivers.items()})
+            t = median_seconds(fns, repeats=repeats, warmup=1)
+            ms = {k: 1e3 * v / grads for k, v in t.items()}
+            print(
+                f"  {n:3d}³ | {name:>5} | {ms['standalone']:10.2f} | {ms['driver']:6.2f} |"
+                f" {ms['outputs']:22.2f} | {t['driver'] / t['standalone']:19.2f} |"
+                f" {t['outputs'] / t['standalone']:22.2f}"
+            )
+
+
 def _rss_bytes() -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -230,13 +334,17 @@ def main(argv=None) -> None:
     parser.add_argument("--grids", type=int, nargs="+", default=[32, 64])
     parser.add_argument("--memory-grid", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--driver-repeats", type=int, default=3)
+    parser.add_argument("--driver-only", action="store_true", help="section 4 only")
     parser.add_argument("--memory-worker", type=int, nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.memory_worker:
         memory_worker(*args.memory_worker)
         return
-    memory(args.memory_grid)
-    timing(args.grids, args.repeats)
+    if not args.driver_only:
+        memory(args.memory_grid)
+        timing(args.grids, args.repeats)
+    driver_timing(args.grids, args.driver_repeats)
 
 
 if __name__ == "__main__":

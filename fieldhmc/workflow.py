@@ -352,6 +352,27 @@ def build_sampler(config: cfg.Config, model, target_log_prob_fn, data, num_resul
     )
 
 
+def build_sharded_sampler(config: cfg.Config, model, data, mesh, num_results=None):
+    """The :class:`~fieldhmc.samplers.sharded.ShardedSampler` of a ``distribution`` config.
+
+    The state is the white-noise latent of
+    :class:`~fieldhmc.models.sharded.ShardedGaussianTarget` in x-slabs on ``mesh``
+    (``None``: the same sampler on plain tensors of one device).
+    """
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.samplers.sharded import ShardedFieldOutputs, ShardedSampler
+
+    grid = model.grid
+    outputs = ShardedFieldOutputs(
+        grid,
+        grid.kbins(),
+        tracked_mode_indices(grid, config.outputs.tracked_modes),
+        config.outputs.store_fields,
+    )
+    target = ShardedGaussianTarget(model, data, mesh)
+    return ShardedSampler(target, _settings(config, num_results), outputs)
+
+
 def _sample(
     run: io.RunDirectory,
     config: cfg.Config,
@@ -362,12 +383,16 @@ def _sample(
     num_results: int | None = None,
     progress: bool = True,
     sampler=None,
+    mesh=None,
 ) -> dict:
     """Sample into ``run``; ``sampler``, if given, was built by :func:`build_sampler`
-    for a config that differs from ``config`` at most in its seeds."""
+    for a config that differs from ``config`` at most in its seeds. With a DTensor
+    ``mesh`` (a ``distribution`` config) the sampler is :func:`build_sharded_sampler`'s."""
     from fieldhmc.samplers import H5TraceSink, stateless_seed
 
     settings = _settings(config, num_results)
+    if sampler is None and mesh is not None:
+        sampler = build_sharded_sampler(config, model, data, mesh, num_results)
     if sampler is None:
         sampler = build_sampler(config, model, model.target_log_prob_fn(data), data, num_results)
     _, kbins, idx = _field_outputs(config, model)
@@ -384,6 +409,8 @@ def _sample(
                 jitter=config.sampler.init_jitter,
             )
         ]
+        if mesh is not None:  # the sharded latent: an orthogonal map of the model's
+            init = [sampler.target.latent_from_model(init[0])]
     if progress is None:
         progress = _chatty()
     summary = sampler.run(
@@ -447,6 +474,15 @@ def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict, kbin
     io.write_power(run.power, kbins.k, traces["power"], kbins.num_modes, refs)
 
 
+def _mesh(config: cfg.Config):
+    """The DTensor mesh of a ``distribution`` config (None without); before any TF op."""
+    if config.distribution is None:
+        return None
+    from fieldhmc.ops.sharded import make_mesh
+
+    return make_mesh(config.distribution.mesh[0], config.distribution.devices)
+
+
 def run(
     config: cfg.Config,
     out_dir: Path,
@@ -456,87 +492,24 @@ def run(
 ) -> io.RunDirectory:
     """Simulate or load data, sample, write the run directory, diagnose and (if
     ``plots``) plot."""
-    mesh = None
-    if config.distribution is not None:  # the mesh's devices before any TF op
-        from fieldhmc.ops.sharded import make_mesh
-
-        mesh = make_mesh(config.distribution.mesh[0], config.distribution.devices)
+    mesh = _mesh(config)
     model = build_model(config)
     d = _obtain_data(config, model)
     rundir = io.prepare_run_directory(out_dir, overwrite)
     _write_config(rundir, config)
     _write_data(rundir, model, d)
-    if mesh is not None:
-        _sample_sharded(rundir, config, model, d.data, mesh)
-        return rundir
-    _sample(rundir, config, model, d.data, resume_run=False, progress=progress)
+    _sample(rundir, config, model, d.data, resume_run=False, progress=progress, mesh=mesh)
     diagnose(rundir.root)
     if plots:
         plot(rundir.root)
     return rundir
 
 
-def _sample_sharded(run: io.RunDirectory, config: cfg.Config, model, data, mesh) -> None:
-    """A ``distribution`` run: :func:`fieldhmc.samplers.sharded.run_sharded_hmc` on the mesh.
-
-    Standalone for now (no chunks, checkpoints, trace store, diagnostics or plots):
-    writes ``sharded.npz`` (per-draw log density and acceptance, the final latent
-    and overdensity) and ``summary.json``. See ``docs/distributed-fields.md``.
-    """
-    import time
-
-    from fieldhmc.models.sharded import ShardedGaussianTarget
-    from fieldhmc.ops.sharded import gather
-    from fieldhmc.samplers.sharded import run_sharded_hmc
-
-    dist, s = config.distribution, config.sampler
-    target = ShardedGaussianTarget(model, data, mesh)
-    rng = np.random.default_rng(s.seed)
-    init = target.shard(rng.standard_normal((s.num_chains, *model.grid.grid_shape)))
-    start = time.perf_counter()
-    res = run_sharded_hmc(
-        target.value_and_gradient,
-        init,
-        step_size=s.step_size,
-        num_leapfrog_steps=s.num_leapfrog_steps,
-        num_results=s.num_results,
-        num_burnin_steps=s.num_burnin_steps,
-        seed=s.seed,
-        mesh=mesh,
-    )
-    seconds = time.perf_counter() - start
-    arrays = {
-        "target_log_prob": res.target_log_prob,
-        "is_accepted": res.is_accepted,
-        "final_latent": gather(res.state),
-        "final_delta": gather(target.delta(res.state)),
-    }
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-
-    io.atomic_write(run.root / "sharded.npz", write)
-    summary = {
-        "mesh": list(dist.mesh),
-        "devices": dist.devices,
-        "acceptance_rate": float(res.is_accepted.mean()),
-        "seconds": seconds,
-    }
-    io.write_json(run.summary, summary)
-    _log.info(
-        "sharded run on %d %s devices: acceptance %.2f in %.0f s",
-        dist.mesh[0],
-        dist.devices,
-        summary["acceptance_rate"],
-        seconds,
-    )
-
-
 def resume(run_dir: Path, num_results: int | None = None, progress: bool = True) -> io.RunDirectory:
     """Continue a killed run from its checkpoint, or extend a finished one."""
     rundir = io.RunDirectory(run_dir)
     config = _read_config(rundir)
+    mesh = _mesh(config)
     if num_results is not None and num_results < config.sampler.num_results:
         raise ValueError(
             f"--num-results {num_results} is fewer than the run's "
@@ -553,7 +526,7 @@ def resume(run_dir: Path, num_results: int | None = None, progress: bool = True)
         raw["sampler"]["num_results"] = num_results
         config = cfg.config_from_dict(raw, rundir.root)
         _write_config(rundir, config)
-    _sample(rundir, config, model, data, resume_run=True, progress=progress)
+    _sample(rundir, config, model, data, resume_run=True, progress=progress, mesh=mesh)
     diagnose(rundir.root)
     plot(rundir.root)
     return rundir
@@ -674,6 +647,7 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
             "grid_shape": list(config.grid.shape),
             **micro,
             "tuning": tuning,
+            **_distribution_note(config),
         },
     )
     io.write_json(rundir.summary, summary)
@@ -682,6 +656,28 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
     if _chatty():
         print(report)
     return summary
+
+
+def _distribution_note(config: cfg.Config) -> dict:
+    """What a sharded run's summary says about its state (nothing for other runs)."""
+    dist = config.distribution
+    if dist is None:
+        return {}
+    return {
+        "distribution": {
+            "mesh": list(dist.mesh),
+            "devices": dist.devices,
+            "layout": "x-slabs: each device holds n0/P planes of x, momentum and gradient",
+            "latent": "real-space white noise xi, delta = irfft(sqrt(P(k)) rfft(xi)) "
+            "(fieldhmc.models.sharded); the traced modes and field draws are of delta",
+            "field_statistics": "per draw on the mesh with the sharded rfft3d (power, "
+            "tracked modes, running mean/variance); stored draws gathered to the host",
+            "checkpoint": "state, gradient and field moments gathered to host NumPy "
+            "after every chunk, re-sharded on resume",
+            "sampler": "hmc, identity metric, fixed step size and leapfrog steps "
+            "(warm-up steps are discarded, nothing adapts)",
+        }
+    }
 
 
 def plot(run_dir: Path) -> list[Path]:

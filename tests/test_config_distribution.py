@@ -72,35 +72,40 @@ def test_distribution_needs_hmc():
         config_from_dict(raw, ROOT)
 
 
-@pytest.mark.slow
-def test_cli_runs_the_sharded_sampler(tmp_path):
-    """``fieldhmc run`` with distribution: the CLI makes 4 virtual CPUs itself."""
-    out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fieldhmc",
-            "run",
-            str(SHARDED),
-            "--out",
-            str(out),
-            "--set",
-            "grid.shape=[8,8,8]",
-            "--set",
-            "sampler.num_results=6",
-            "--set",
-            "sampler.num_burnin_steps=2",
-        ],
+def _fieldhmc(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "fieldhmc", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=900,
     )
+
+
+@pytest.mark.slow
+def test_cli_runs_the_sharded_sampler_through_the_driver(tmp_path):
+    """``fieldhmc run`` with distribution (the CLI makes 4 virtual CPUs itself) writes
+    the normal run directory; ``fieldhmc resume --num-results`` extends it on the mesh."""
+    import h5py
+
+    out = tmp_path / "run"
+    sets = ["grid.shape=[8,8,8]", "sampler.num_results=6", "sampler.num_burnin_steps=2"]
+    sets += ["sampler.chunk_size=4", "outputs.field_thin=2"]
+    proc = _fieldhmc("run", str(SHARDED), "--out", str(out), *sum((["--set", v] for v in sets), []))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("traces.h5", "fields.h5", "samples.nc", "power.nc", "report.txt"):
+        assert (out / name).exists(), name
+    assert (out / "plots" / "traces.png").exists()
+    assert (out / "plots" / "power_spectrum.png").exists()
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["mesh"] == [4]
-    with np.load(out / "sharded.npz") as f:
-        assert f["target_log_prob"].shape == (6, 4)
-        assert f["final_delta"].shape == (4, 8, 8, 8)
-        assert np.all(np.isfinite(f["final_delta"]))
+    assert summary["metadata"]["distribution"]["mesh"] == [4]
+    with h5py.File(out / "traces.h5", "r") as f:
+        assert f["lp"].shape == (6, 4)
+        assert np.all(np.isfinite(f["power"][()]))
+    with h5py.File(out / "fields.h5", "r") as f:
+        assert f["draws"].shape == (3, 4, 8, 8, 8)
+        assert np.all(np.isfinite(f["mean"][()]))
+    proc = _fieldhmc("resume", str(out), "--num-results", "10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with h5py.File(out / "traces.h5", "r") as f:
+        assert f["lp"].shape == (10, 4)

@@ -331,6 +331,16 @@ class Sampler:
         the starting point when ``settings.adapt_diagonal``.
     field_outputs : FieldOutputs, optional
         Field draws, running mean/variance, per-draw P(k) and tracked modes.
+
+    Notes
+    -----
+    Extension: :meth:`run` (chunk bounds, checkpoints, sinks, progress) only calls
+    ``_fresh_state``, ``_restore`` (through ``_bootstrap``, ``_to_u`` and
+    ``_scales_tensors``), ``_lp64``, ``_chunk``, ``_emit``, ``_summary`` and the
+    carry's ``load/read/numpy/shapes/dtype``. A subclass that replaces these compiled
+    pieces with the same signatures runs through the same loop:
+    :class:`fieldhmc.samplers.sharded.ShardedSampler` does so for state on a DTensor
+    mesh (which XLA cannot compile). Keep those signatures when changing them here.
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""Sharded-target and sharded-HMC computations for ``tests/samplers/test_sharded.py``.
+"""Sharded target, bare sharded HMC and driver-run sharded HMC for ``test_sharded.py``.
 
 ``python -m tests.samplers.sharded_cases [--slow]`` makes 4 virtual CPU devices and
 prints one JSON line of results.
@@ -130,15 +130,188 @@ def wiener_ztest(mesh, masked: bool, num_results: int):
     }
 
 
+def _settings(num_burnin, num_results, chunk_size, steps, step_size, seed, field_thin=1):
+    from fieldhmc.samplers import SamplerSettings
+
+    return SamplerSettings(
+        kind="hmc",
+        num_chains=4,
+        num_burnin_steps=num_burnin,
+        num_results=num_results,
+        num_leapfrog_steps=steps,
+        step_size=step_size,
+        chunk_size=chunk_size,
+        field_thin=field_thin,
+        seed=seed,
+    )
+
+
+def _driver(model, data, mesh, settings, tracked=2):
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.samplers.sharded import ShardedFieldOutputs, ShardedSampler
+    from fieldhmc.workflow import tracked_mode_indices
+
+    grid = model.grid
+    outputs = ShardedFieldOutputs(grid, grid.kbins(), tracked_mode_indices(grid, tracked), True)
+    return ShardedSampler(ShardedGaussianTarget(model, data, mesh), settings, outputs)
+
+
+def _driver_run(sampler, directory, init=None, resume=False, max_chunks=None):
+    from fieldhmc.samplers import H5TraceSink, read_fields, read_traces
+
+    directory.mkdir(parents=True, exist_ok=True)
+    sink = H5TraceSink(directory / "traces.h5", directory / "fields.h5")
+    t0 = time.perf_counter()
+    summary = sampler.run(
+        sink,
+        directory / "checkpoint",
+        init,
+        resume=resume,
+        progress=False,
+        max_chunks=max_chunks,
+    )
+    seconds = time.perf_counter() - t0
+    if not summary["complete"]:
+        return summary, None, None, seconds
+    traces = read_traces(directory / "traces.h5")
+    return summary, traces, read_fields(directory / "fields.h5"), seconds
+
+
+def driver_cases(mesh):
+    """The driver's sharded run: 4 devices vs 1 (plain tensors) vs the bare loop; resume."""
+    import tempfile
+    from pathlib import Path
+
+    import tensorflow as tf
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.samplers.sharded import run_sharded_hmc
+
+    model, data = _problem(True, "float64")
+    # 4 warm-up steps adapt the step size (dual averaging), 4 draws; chunks of 3.
+    settings = _settings(4, 4, 3, 3, 0.1, 5, field_thin=2)
+    init = [np.random.default_rng(5).standard_normal((4, *GRID))]
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        one = _driver(model, data, None, settings)
+        s1, t1, f1, _ = _driver_run(one, tmp / "one", init)
+        four = _driver(model, data, mesh, settings)
+        s4, t4, f4, _ = _driver_run(four, tmp / "four", init)
+        # Killed in warm-up (step 3: the step size still adapting), resumed and killed
+        # again in sampling (step 6: two draws and one field stored), resumed to the end;
+        # each resume reads only the (gathered, re-sharded) checkpoint.
+        d = tmp / "resumed"
+        first, _, _, _ = _driver_run(four, d, init, max_chunks=1)
+        second, _, _, _ = _driver_run(four, d, resume=True, max_chunks=2)
+        sr, tr, fr, _ = _driver_run(four, d, resume=True)
+        # Without warm-up (nothing adapts) the driver's chain is the bare loop's.
+        s0, t0, _, _ = _driver_run(
+            _driver(model, data, None, _settings(0, 3, 2, 3, 0.4, 5)), tmp / "fixed", init
+        )
+    bare = run_sharded_hmc(
+        ShardedGaussianTarget(model, data, None).value_and_gradient,
+        tf.constant(init[0]),
+        step_size=0.4,
+        num_leapfrog_steps=3,
+        num_results=3,
+        seed=5,
+    )
+    scale = float(np.max(np.abs(s1["latent_state"][0])))
+    names = sorted(t1)
+    out["repro"] = {
+        "names": names,
+        "num_draws": int(t4["lp"].shape[0]),
+        "num_fields": int(f4["draws"].shape[0]),
+        "accept_rate": float(t1["is_accepted"].mean()),
+        "same_accepts": bool(np.array_equal(t1["is_accepted"], t4["is_accepted"])),
+        "max_state_diff": float(np.max(np.abs(s1["latent_state"][0] - s4["latent_state"][0]))),
+        "state_scale": scale,
+        "max_lp_diff": float(np.max(np.abs(t1["lp"] - t4["lp"]))),
+        "max_power_rel": float(np.max(np.abs(t1["power"] - t4["power"]) / np.abs(t1["power"]))),
+        "max_tracked_diff": float(
+            max(np.max(np.abs(t1[k] - t4[k])) for k in ("tracked_real", "tracked_imag"))
+        ),
+        "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
+        "max_mean_diff": float(np.max(np.abs(s1["field_mean"] - s4["field_mean"]))),
+        "step_sizes": [float(v) for v in t1["step_size"][:, 0]],
+        "bare_accept_rate": float(bare.is_accepted.mean()),
+        "bare_state_diff": float(np.max(np.abs(bare.state.numpy() - s0["latent_state"][0]))),
+        "bare_lp_diff": float(np.max(np.abs(bare.target_log_prob - t0["lp"]))),
+    }
+    out["resume"] = {
+        "interrupted_steps": [int(first["step"]), int(second["step"])],
+        "complete": bool(sr["complete"]),
+        "traces_identical": all(np.array_equal(t4[k], tr[k]) for k in t4)
+        and sorted(tr) == sorted(t4),
+        "fields_identical": all(np.array_equal(f4[k], fr[k]) for k in f4),
+        "state_identical": bool(np.array_equal(s4["latent_state"][0], sr["latent_state"][0])),
+        "num_draws": int(tr["lp"].shape[0]),
+    }
+    return out
+
+
+def driver_wiener_ztest(mesh, masked: bool, num_results: int):
+    """MCSE-scaled z-scores of the posterior mean and variance of every model latent,
+    from the driver-run 4-device chain's stored draws of delta (field_thin 1), vs the
+    dense posterior.
+
+    The model's latent is :math:`x = \\mathrm{unpack}(\\mathrm{rfft}(\\delta)/\\sqrt{s})`
+    (:meth:`ShardedGaussianTarget.model_latent` of xi); the k = 0 mode (s = 0: delta
+    does not see it) is left out.
+    """
+    import tempfile
+    from pathlib import Path
+
+    import tensorflow as tf
+    from scipy import stats
+
+    from fieldhmc import models
+    from fieldhmc.diagnostics import ess_bulk
+
+    model, data = _problem(masked, "float64")
+    dense = models.dense_posterior(model, data)
+    settings = _settings(50, num_results, 50, 5, 0.3, 11)
+    init = [np.random.default_rng(11).standard_normal((4, *GRID))]
+    with tempfile.TemporaryDirectory() as tmp:
+        summary, traces, fields, secs = _driver_run(
+            _driver(model, data, mesh, settings), Path(tmp), init
+        )
+    sqrt_s = np.sqrt(model.signal_variance_np())
+    seen = sqrt_s > 0
+    modes = np.fft.rfftn(fields["draws"], axes=(-3, -2, -1), norm="ortho")
+    modes = np.where(seen, modes / np.where(seen, sqrt_s, 1.0), 0.0)
+    x = model.packing.real_from_modes(tf.constant(modes)).numpy()  # [draw, chain, *grid]
+    post = np.moveaxis(x, 0, 1).reshape(4, num_results, -1)
+    keep = ~np.all(post == 0.0, axis=(0, 1))  # the k = 0 latent
+    post = post[..., keep]
+    mean, var = dense.mean.reshape(-1)[keep], np.diag(dense.covariance)[keep]
+    z_mean = (post.mean(axis=(0, 1)) - mean) / np.sqrt(var / ess_bulk(post))
+    sq = (post - mean) ** 2
+    z_var = (sq.mean(axis=(0, 1)) - var) / (var * np.sqrt(2.0 / ess_bulk(sq)))
+    z = np.concatenate([z_mean, z_var])
+    chi2 = float(np.sum(z**2))
+    p = 2 * min(stats.chi2.sf(chi2, z.size), stats.chi2.cdf(chi2, z.size))
+    return {
+        "p": float(p),
+        "max_abs_z": float(np.max(np.abs(z))),
+        "num_z": int(z.size),
+        "num_left_out": int((~keep).sum()),
+        "accept_rate": float(traces["is_accepted"].mean()),
+        "step_size": float(traces["step_size"][0, 0]),
+        "seconds": secs,
+    }
+
+
 def results(slow: bool) -> dict:
     from fieldhmc.ops import sharded as sh
 
     mesh = sh.make_mesh(4)
     if slow:
-        results = {m: wiener_ztest(mesh, m == "masked", 400) for m in ("unmasked", "masked")}
+        results = {m: driver_wiener_ztest(mesh, m == "masked", 400) for m in ("unmasked", "masked")}
         results["repro"] = reproducibility(mesh, ("float64", "float32"), 30, 5)
     else:
-        results = {"target": target_cases(mesh), "repro": reproducibility(mesh)}
+        results = {"target": target_cases(mesh), "driver": driver_cases(mesh)}
     return results
 
 
