@@ -6,16 +6,23 @@ For each grid size, under ``tf.function(jit_compile=True)`` and timed round-robi
 one process (medians):
 
 * ``pair``: one raw ``tf.signal.irfft3d`` + ``tf.signal.rfft3d`` (the unit);
-* ``zel``: value and gradient of :math:`\\langle F(\\delta), r\\rangle` with respect to
-  :math:`\\delta` for :class:`fieldhmc.models.ZeldovichForward` (no smoothing) -- what
-  one leapfrog step of the sampler pays for the forward model;
-* ``zel+smooth``: the same with Gaussian smoothing (one more FFT pair each way);
-* where the time goes: ``disp``, value and gradient of the displacement alone
-  (:meth:`~fieldhmc.models.ZeldovichForward.displacement`: 1 rfft3d + 3 irfft3d
-  forward, 3 rfft3d + 1 irfft3d backward, the three components batched), and
-  ``cic``, value and position gradient of the unit-mass CIC paint alone (one scatter
-  of 8 corners per particle forward, one gather of 8 corners backward) at the
-  Zel'dovich positions.
+* ``zel``: value and gradient of :math:`\\langle F, r\\rangle` for
+  :class:`fieldhmc.models.ZeldovichForward` (no smoothing) from the modes,
+  ``F.from_modes(rfft3d(delta))`` with respect to the modes -- what one leapfrog step
+  of the sampler pays for the forward model, since :class:`~fieldhmc.models.
+  ForwardFieldModel` passes the prior's modes (the target);
+* ``zel(delta)``: the same from :math:`\\delta`, ``F(delta)`` (one rfft3d more forward,
+  one irfft3d more backward: the entry point before the modes hook);
+* ``smooth``: ``zel`` with Gaussian smoothing (one more FFT pair each way);
+* ``target`` / ``target(delta)``: value and gradient of the whole posterior log
+  density (prior, Zel'dovich, Gaussian likelihood) with respect to the latent field,
+  through the modes hook / with a forward function without it (the prior's irfft3d
+  and the model's rfft3d, and their adjoints, in addition);
+* where the time goes: ``disp``, value and gradient of the displacement from the
+  modes alone (:meth:`~fieldhmc.models.ZeldovichForward.displacement_from_modes`: 3
+  irfft3d forward, 3 rfft3d backward, batched), and ``cic``, value and position
+  gradient of the unit-mass CIC paint alone (one scatter of 8 corners per particle
+  forward, one gather of 8 corners backward) at the Zel'dovich positions.
 
 Target: ``zel / pair <= 4``. Memory: the peak of TensorFlow's CPU allocator during
 one call (``tf.config.experimental.get_memory_info``, reset before each; it holds
@@ -75,9 +82,12 @@ def bench(n: int, repeats: int, num_chains: int) -> dict[str, float]:
         return vg
 
     forward = models.ZeldovichForward(grid, growth=1.0)
-    zel = make_vg(forward)
-    smooth = make_vg(models.ZeldovichForward(grid, growth=1.0, smoothing=8.0))
-    disp = make_vg(forward.displacement)
+    smoothed = models.ZeldovichForward(grid, growth=1.0, smoothing=8.0)
+    modes = tf.signal.rfft3d(delta)
+    zel = make_vg(forward.from_modes)
+    zel_delta = make_vg(forward)
+    smooth = make_vg(smoothed.from_modes)
+    disp = make_vg(forward.displacement_from_modes)
     r3 = tf.constant(rng.standard_normal((num_chains, 3, *shape)).astype(np.float32))
     q = np.stack(np.meshgrid(*map(np.arange, shape), indexing="ij")).astype(np.float32)
     positions = tf.reshape(
@@ -91,11 +101,32 @@ def bench(n: int, repeats: int, num_chains: int) -> dict[str, float]:
             y = tf.reduce_sum(models.cic_paint(x, None, shape) * g)
         return y, tape.gradient(y, x)
 
+    def make_target_vg(forward_fn, **kwargs):
+        posterior = models.GaussianFieldModel(grid, model.power, 0.1, forward=forward_fn, **kwargs)
+        target = posterior.target_log_prob_fn(posterior.sample(seed=3)["data"])
+
+        @jit
+        def vg(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = target(x)
+            return y, tape.gradient(y, x)
+
+        return vg
+
+    latent = model.init_latents("prior", num_chains, seed=[0, 1])[0]
+    target = make_target_vg(forward)
+    # the same model through forward(delta) only (a function without from_modes)
+    target_delta = make_target_vg(lambda d: forward(d), check_forward=False)
+
     fns = {
         "pair": lambda: _block(pair(z, r)),
-        "zel": lambda: _block(zel(delta, r)),
-        "zel+smooth": lambda: _block(smooth(delta, r)),
-        "disp": lambda: _block(disp(delta, r3)),
+        "zel": lambda: _block(zel(modes, r)),
+        "zel(delta)": lambda: _block(zel_delta(delta, r)),
+        "smooth": lambda: _block(smooth(modes, r)),
+        "target": lambda: _block(target(latent)),
+        "target(delta)": lambda: _block(target_delta(latent)),
+        "disp": lambda: _block(disp(modes, r3)),
         "cic": lambda: _block(cic(positions, r)),
     }
     times = median_seconds(fns, repeats)
@@ -114,10 +145,11 @@ def main(argv=None) -> int:
     parser.add_argument("--chains", type=int, default=1)
     args = parser.parse_args(argv)
     print(f"Zel'dovich forward model, value+gradient, {args.chains} chain(s), float32, XLA")
+    cols = ["zel", "zel(delta)", "smooth", "target", "target(delta)", "disp", "cic"]
     print(
-        f"{'n':>5} {'pair ms':>9} {'zel ms':>9} {'zel/pair':>9} {'smooth ms':>10} "
-        f"{'smooth/pair':>12} {'disp/pair':>10} {'cic/pair':>9} "
-        f"{'peak mem (fields): pair':>24} {'zel':>6} {'smooth':>7}"
+        f"{'n':>5} {'pair ms':>8} {'zel ms':>8} "
+        + " ".join(f"{c + '/pair':>{max(len(c) + 5, 9)}}" for c in cols)
+        + f"   peak mem (fields): {'pair':>5} {'zel':>5} {'target':>6}"
     )
     worst = 0.0
     for n in args.sizes:
@@ -125,10 +157,9 @@ def main(argv=None) -> int:
         ratio = b["ms_zel"] / b["ms_pair"]
         worst = max(worst, ratio)
         print(
-            f"{n:>5} {b['ms_pair']:>9.2f} {b['ms_zel']:>9.2f} {ratio:>9.2f} "
-            f"{b['ms_zel+smooth']:>10.2f} {b['ms_zel+smooth'] / b['ms_pair']:>12.2f} "
-            f"{b['ms_disp'] / b['ms_pair']:>10.2f} {b['ms_cic'] / b['ms_pair']:>9.2f} "
-            f"{b['mem_pair']:>24.1f} {b['mem_zel']:>6.1f} {b['mem_zel+smooth']:>7.1f}"
+            f"{n:>5} {b['ms_pair']:>8.2f} {b['ms_zel']:>8.2f} "
+            + " ".join(f"{b['ms_' + c] / b['ms_pair']:>{max(len(c) + 5, 9)}.2f}" for c in cols)
+            + f"   {'':>19}{b['mem_pair']:>5.1f} {b['mem_zel']:>5.1f} {b['mem_target']:>6.1f}"
         )
     print(f"target zel/pair <= 4: {'met' if worst <= 4 else 'NOT met'} (worst {worst:.2f})")
     return 0

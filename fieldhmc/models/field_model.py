@@ -265,7 +265,11 @@ class FieldModel(abc.ABC):
         hp = {name: tf.convert_to_tensor(values[name]) for name in self.hyper_names}
         return field, hp
 
-    def _delta(self, field: tf.Tensor, hp, c) -> tf.Tensor:
+    def _modes(self, field: tf.Tensor, hp, c, factor: float = 1.0) -> tf.Tensor:
+        """``factor`` times the orthonormal modes of :math:`\\delta`,
+        ``[..., n0, n1, n2 // 2 + 1]`` complex: :math:`\\delta =
+        \\mathrm{irfft3d}(\\text{modes}, \\text{norm="ortho"})` for ``factor`` 1, and
+        ``modes == rfft3d(delta)`` (exactly Hermitian) for ``factor`` :math:`\\sqrt N`."""
         modes = self.packing.modes_from_real(field)
         if self.parametrization == "noncentred":
             if self.hyper_names:
@@ -277,8 +281,19 @@ class FieldModel(abc.ABC):
         # tf.complex, not tf.cast: the Cast gradient back to real logs a "discards the
         # imaginary part" warning at every trace (test_field_model pins this).
         scale = tf.convert_to_tensor(scale, self.dtype)
-        modes = modes * tf.complex(scale, tf.zeros_like(scale))
+        if factor != 1.0:
+            scale = scale * tf.constant(factor, self.dtype)
+        return modes * tf.complex(scale, tf.zeros_like(scale))
+
+    def _delta(self, field: tf.Tensor, hp, c) -> tf.Tensor:
+        modes = self._modes(field, hp, c)
         return irfft3d(modes, fft_length=self.grid.grid_shape, norm="ortho")
+
+    def _log_likelihood_of_field(self, field: tf.Tensor, hp, c, lc) -> tf.Tensor:
+        """float64 ``[batch]`` log-likelihood of the latent ``field``: by default
+        :meth:`_log_likelihood` of :math:`\\delta` (a subclass may skip the real-space
+        field, see :class:`~fieldhmc.models.ForwardFieldModel`)."""
+        return self._log_likelihood(self._delta(field, hp, c), hp, c, lc)
 
     def field_from_latents(self, *latents) -> tf.Tensor:
         """The overdensity :math:`\\delta(x)` of latents (batch-aware).
@@ -415,11 +430,10 @@ class FieldModel(abc.ABC):
 
         def target_log_prob_fn(*latents):
             field, hp = self._unpack(latents)
-            delta = self._delta(field, hp, c)
             return (
                 self._log_prior_hypers(hp)
                 + self._log_prior_field(field, hp, c)
-                + self._log_likelihood(delta, hp, c, lc)
+                + self._log_likelihood_of_field(field, hp, c, lc)
             )
 
         return target_log_prob_fn
@@ -709,10 +723,9 @@ class RepinnableTarget:
     def __call__(self, *latents) -> tf.Tensor:
         m = self.model
         field, hp = m._unpack(latents)
-        delta = m._delta(field, hp, self._constants)
         lc = {name: v.read_value() for name, v in self._variables.items()}
         return (
             m._log_prior_hypers(hp)
             + m._log_prior_field(field, hp, self._constants)
-            + m._log_likelihood(delta, hp, self._constants, lc)
+            + m._log_likelihood_of_field(field, hp, self._constants, lc)
         )

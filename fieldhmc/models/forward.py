@@ -31,10 +31,26 @@ float64 array over the half-spectrum ``[n0, n1, n2 // 2 + 1]``. It is used only 
 the Fourier-diagonal ``posterior`` preconditioner, :math:`1 + g_k^2 s_k \\bar W`
 (it never changes the posterior).
 
+**The modes hook (optional).** A forward model whose first step is
+``tf.signal.rfft3d(delta)`` may also provide the attribute ``from_modes``, a function
+
+.. code-block:: python
+
+    prediction = forward_fn.from_modes(modes, **params)   # modes = tf.signal.rfft3d(delta)
+
+(complex ``[chains, n0, n1, n2 // 2 + 1]``, exactly Hermitian) returning the same
+prediction. :class:`ForwardFieldModel` then passes the prior's modes directly,
+:math:`\\mathrm{rfft3d}(\\delta) = \\sqrt N\\, \\sqrt{s_k}\\, Z_k`, and skips the prior's
+irfft3d and the forward model's rfft3d: one FFT pair fewer in the value and one in the
+gradient. ``forward_fn(delta, **params)`` stays the reference (used for simulating data
+and by :meth:`ForwardFieldModel.predict`); the two must agree (checked below).
+:class:`~fieldhmc.models.ZeldovichForward` provides it.
+
 User functions are checked once on a two-chain prior draw (:func:`check_forward_fn`):
 callable as ``forward_fn(delta, **params)``, returning a ``tf.Tensor`` of ``delta``'s
 shape and dtype, finite, with a finite gradient that is not ``None`` or identically
-zero (eagerly), and compilable with XLA. Failures raise :class:`ForwardModelError` with a
+zero (eagerly), and compilable with XLA; a ``from_modes`` must return the same
+prediction from ``rfft3d(delta)``. Failures raise :class:`ForwardModelError` with a
 one-line message.
 """
 
@@ -43,6 +59,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -209,6 +226,9 @@ def check_forward_fn(
             f"{name} is not differentiable: its gradient with respect to delta is identically "
             "zero (rounding, floor or comparisons?)"
         )
+    from_modes = getattr(forward_fn, "from_modes", None)
+    if from_modes is not None:
+        _check_from_modes(from_modes, delta, out, params, name, compile_check)
     if compile_check:
 
         def value_and_gradient(d):
@@ -225,6 +245,63 @@ def check_forward_fn(
             raise ForwardModelError(
                 f"{name} does not compile with XLA (tf.function(jit_compile=True)), as the "
                 f"sampler needs: {message}"
+            ) from None
+
+
+def _check_from_modes(from_modes, delta, out, params, name, compile_check) -> None:
+    """``from_modes(rfft3d(delta))`` is a tensor equal to ``out = forward_fn(delta)``."""
+    if not callable(from_modes):
+        raise ForwardModelError(
+            f"{name}.from_modes is a {type(from_modes).__name__}, not a function"
+        )
+    modes = tf.signal.rfft3d(delta)
+    try:
+        with tf.GradientTape() as tape:
+            tape.watch(modes)
+            out_m = from_modes(modes, **params)
+            if not isinstance(out_m, tf.Tensor):
+                raise ForwardModelError(
+                    f"{name}.from_modes returned a {type(out_m).__name__}, not a tf.Tensor"
+                )
+            loss = tf.reduce_sum(out_m)
+        grad = tape.gradient(loss, modes)
+    except ForwardModelError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- report the user's error in one line
+        raise ForwardModelError(f"{name}.from_modes raised {_one_line(exc)}") from None
+    if tuple(out_m.shape) != tuple(out.shape) or out_m.dtype != out.dtype:
+        raise ForwardModelError(
+            f"{name}.from_modes returned {out_m.dtype.name} {list(out_m.shape)}; it must "
+            f"return what {name} returns, {out.dtype.name} {list(out.shape)}"
+        )
+    scale = 1.0 + float(tf.reduce_max(tf.abs(out)))
+    diff = float(tf.reduce_max(tf.abs(out_m - out)))
+    tol = 1e-4 if out.dtype == tf.float32 else 1e-9
+    if not diff <= tol * scale:  # also catches NaN
+        raise ForwardModelError(
+            f"{name}.from_modes(rfft3d(delta)) differs from {name}(delta) by {diff:.3g} "
+            f"(largest |prediction| {scale - 1.0:.3g}); it must compute the same prediction"
+        )
+    if grad is None or not bool(tf.reduce_all(tf.math.is_finite(tf.abs(grad)))):
+        raise ForwardModelError(
+            f"{name}.from_modes is not differentiable in the modes (gradient None or not finite)"
+        )
+    if compile_check:
+
+        def value_and_gradient(m):
+            with tf.GradientTape() as tape:
+                tape.watch(m)
+                y = tf.reduce_sum(from_modes(m, **params))
+            return y, tape.gradient(y, m)
+
+        try:
+            tf.function(value_and_gradient, jit_compile=True)(modes)
+        except Exception as exc:  # noqa: BLE001 -- report the user's error in one line
+            message = _one_line(exc)
+            message = message if len(message) <= 300 else message[:297] + "..."
+            raise ForwardModelError(
+                f"{name}.from_modes does not compile with XLA (tf.function(jit_compile="
+                f"True)), as the sampler needs: {message}"
             ) from None
 
 
@@ -290,6 +367,11 @@ class ForwardFieldModel(FieldModel):
         self.likelihood = likelihood
         self.forward = forward
         self.forward_params = dict(forward_params or {})
+        self._from_modes = None if forward is None else getattr(forward, "from_modes", None)
+        if self._from_modes is not None and not callable(self._from_modes):
+            raise ValueError(
+                f"forward.from_modes must be callable, got {type(self._from_modes).__name__}"
+            )
         gain = 1.0 if forward is None else getattr(forward, "linear_gain", 1.0)
         gain = np.asarray(gain, dtype=np.float64)
         if gain.ndim != 0 and gain.shape != grid.modes_shape:
@@ -337,6 +419,15 @@ class ForwardFieldModel(FieldModel):
         out = self.forward(flat, **self.forward_params)
         return tf.reshape(out, shape)
 
+    def _predict_from_modes(self, modes) -> tf.Tensor:
+        """:meth:`predict` from ``modes = rfft3d(delta)`` ``[..., n0, n1, n2 // 2 + 1]``
+        through the forward model's ``from_modes``."""
+        shape = tf.shape(modes)
+        flat = tf.reshape(modes, tf.concat([[-1], shape[-3:]], 0))
+        flat = tf.ensure_shape(flat, [None, *self.grid.modes_shape])
+        out = self._from_modes(flat, **self.forward_params)
+        return tf.reshape(out, tf.concat([shape[:-3], self.grid.grid_shape], 0))
+
     @property
     def is_gaussian_likelihood(self) -> bool:  # type: ignore[override]
         """True if the posterior is Gaussian in :math:`\\delta` (identity forward, Gaussian
@@ -362,6 +453,14 @@ class ForwardFieldModel(FieldModel):
 
     def _log_likelihood(self, delta, hp, c, lc) -> tf.Tensor:
         return self.likelihood.log_prob(self.predict(delta), lc, self._sigma2_for_likelihood(hp, c))
+
+    def _log_likelihood_of_field(self, field, hp, c, lc) -> tf.Tensor:
+        if self._from_modes is None:
+            return super()._log_likelihood_of_field(field, hp, c, lc)
+        # rfft3d(delta) straight from the prior: no irfft3d -> rfft3d round trip
+        modes = self._modes(field, hp, c, factor=math.sqrt(self.grid.num_cells))
+        mu = self._predict_from_modes(modes)
+        return self.likelihood.log_prob(mu, lc, self._sigma2_for_likelihood(hp, c))
 
     def _data_distribution(self, delta, hp, c):
         return self.likelihood.distribution(self.predict(delta), self._sigma2_for_likelihood(hp, c))

@@ -30,9 +30,12 @@ the ``posterior`` preconditioner) is
 
 :math:`\\to D` at low :math:`k` and 0 on the Nyquist planes (:math:`h_a` the cell size).
 
-Cost per value and gradient: 1 rfft3d + 3 irfft3d forward (the three components
-are one batched transform), 3 rfft3d + 1 irfft3d backward (the registered adjoint
-of :meth:`ZeldovichForward.displacement`), one 8-corner scatter forward and 8 gathers backward
+Cost per value and gradient: from :math:`\\delta`, 1 rfft3d + 3 irfft3d forward
+(the three components are one batched transform) and 3 rfft3d + 1 irfft3d backward
+(the registered adjoint of :meth:`ZeldovichForward.displacement`); from the modes
+(:meth:`ZeldovichForward.from_modes`, which :class:`~fieldhmc.models.ForwardFieldModel`
+calls, so the prior's irfft3d and this rfft3d are skipped) 3 irfft3d forward and 3
+rfft3d backward. Then one 8-corner scatter forward and 8 gathers backward
 (:mod:`fieldhmc.models.cic`); smoothing adds one rfft3d + irfft3d pair each way.
 
 References
@@ -74,7 +77,9 @@ class ZeldovichForward:
     Notes
     -----
     ``forward(delta)`` takes ``[chains, n0, n1, n2]`` float32/float64 and returns the
-    evolved overdensity of the same shape and dtype. The wavenumbers are six 1-D
+    evolved overdensity of the same shape and dtype; ``forward.from_modes(modes)`` the
+    same from ``modes = tf.signal.rfft3d(delta)`` (the optional modes hook of a forward
+    model, see :mod:`fieldhmc.models.forward`). The wavenumbers are six 1-D
     tensors made eagerly here, so a compiled caller captures them as arguments and
     the multipliers :math:`D k_a / (k^2 h_a)` and :math:`e^{-k^2R^2/2}` are computed
     inside the program; as graph constants they were folded into one complex
@@ -189,6 +194,60 @@ class ZeldovichForward:
 
         return psi(delta)
 
+    def displacement_from_modes(self, modes: tf.Tensor) -> tf.Tensor:
+        """:meth:`displacement` from ``modes = tf.signal.rfft3d(delta)``.
+
+        .. math:: \\Psi_a = \\mathrm{irfft}\\bigl(i S_a\\, \\delta_k\\bigr), \\qquad
+            \\bar\\delta_k = \\frac{w_k}{N} \\sum_a (-i S_a)\\, \\mathrm{rfft}(\\bar\\Psi_a)
+
+        (one batched irfft3d forward, one batched rfft3d backward; the gradient is
+        TensorFlow's convention for complex inputs, as the registered ``IRFFT3D``
+        gradient of :mod:`fieldhmc.ops.fft`, with Hermitian weights :math:`w_k`).
+
+        Parameters
+        ----------
+        modes : tf.Tensor
+            complex64/complex128 ``[chains, n0, n1, n2 // 2 + 1]``, Hermitian on the
+            self-paired planes (as any ``rfft3d`` of a real field).
+
+        Returns
+        -------
+        tf.Tensor
+            ``[chains, 3, n0, n1, n2]`` in cells, the real dtype of ``modes``.
+        """
+        modes = tf.convert_to_tensor(modes)
+        shape = self.grid.grid_shape
+        dtype = modes.dtype.real_dtype
+        mult = self._multipliers(dtype)
+        n2 = shape[2]
+        weight = np.full(n2 // 2 + 1, 2.0 / math.prod(shape))
+        weight[0] /= 2.0
+        if n2 % 2 == 0:
+            weight[-1] /= 2.0
+        adjoint = mult * tf.constant(weight, dtype)
+
+        @tf.custom_gradient
+        def psi(z):
+            z = z[:, None]  # [B, 1, n0, n1, m]
+            re, im = tf.math.real(z), tf.math.imag(z)
+            disp = tf.signal.irfft3d(tf.complex(-im * mult, re * mult), fft_length=shape)
+
+            def grad(upstream):
+                g = tf.signal.rfft3d(upstream, fft_length=shape)  # [B, 3, n0, n1, m]
+                re_g = tf.reduce_sum(tf.math.imag(g) * adjoint, axis=1)
+                im_g = -tf.reduce_sum(tf.math.real(g) * adjoint, axis=1)
+                return tf.complex(re_g, im_g)
+
+            return disp, grad
+
+        return psi(modes)
+
+    def from_modes(self, modes) -> tf.Tensor:
+        """Evolved overdensity from ``modes = tf.signal.rfft3d(delta)``: ``self(delta)``
+        without the rfft3d (``[chains, n0, n1, n2 // 2 + 1]`` complex in,
+        ``[chains, n0, n1, n2]`` real out)."""
+        return self._evolve(self.displacement_from_modes(modes))
+
     def _smooth(self, field: tf.Tensor) -> tf.Tensor:
         """:math:`e^{-k^2R^2/2}` applied to ``[chains, n0, n1, n2]``; self-adjoint, so its
         gradient is itself (one rfft3d + irfft3d pair each way)."""
@@ -206,13 +265,11 @@ class ZeldovichForward:
 
         return smooth(field)
 
-    def __call__(self, delta) -> tf.Tensor:
-        """Evolved overdensity :math:`\\delta_e` ``[chains, n0, n1, n2]`` (dtype of ``delta``)."""
-        delta = tf.convert_to_tensor(delta)
-        dtype = delta.dtype
+    def _evolve(self, disp: tf.Tensor) -> tf.Tensor:
+        """Paint the lattice displaced by ``disp`` ``[B, 3, n0, n1, n2]``, minus 1, smoothed."""
+        dtype = disp.dtype
         n0, n1, n2 = self.grid.grid_shape
-        disp = self.displacement(delta)  # [B, 3, n0, n1, n2]
-        batch = tf.shape(delta)[0]
+        batch = tf.shape(disp)[0]
         q = (
             tf.range(n0, dtype=dtype)[:, None, None],
             tf.range(n1, dtype=dtype)[None, :, None],
@@ -223,3 +280,7 @@ class ZeldovichForward:
         if self.smoothing > 0:
             evolved = self._smooth(evolved)
         return evolved
+
+    def __call__(self, delta) -> tf.Tensor:
+        """Evolved overdensity :math:`\\delta_e` ``[chains, n0, n1, n2]`` (dtype of ``delta``)."""
+        return self._evolve(self.displacement(tf.convert_to_tensor(delta)))

@@ -108,6 +108,7 @@ def test_forward_params_are_passed_and_change_the_likelihood():
         ("rounds", "not differentiable"),
         ("raises", "raised RuntimeError: boom"),
         ("eager_only", "does not compile with XLA"),
+        ("inconsistent_modes", r"from_modes\(rfft3d\(delta\)\) differs"),
     ],
 )
 def test_check_forward_fn_reports_each_bad_function_in_one_line(name, match):
@@ -120,6 +121,51 @@ def test_check_forward_fn_reports_each_bad_function_in_one_line(name, match):
     assert "\n" not in str(info.value)
 
 
+def test_modes_hook_of_a_user_function_is_used_and_changes_nothing():
+    """A forward function with ``from_modes``: the model calls it (not the function) and
+    the log density and gradient equal those of the function without the hook."""
+    grid = models.Grid((6, 6, 6), 60.0)
+    lik = models.GaussianLikelihood(grid, 0.3)
+    params = {"bias": 1.7, "smoothing_cells": 0.8}
+    calls = []
+
+    def plain(delta, bias, smoothing_cells):
+        calls.append("delta")
+        return user_forward.biased_tracer(delta, bias, smoothing_cells)
+
+    def with_modes(delta, bias, smoothing_cells):
+        calls.append("delta")
+        return user_forward.biased_tracer(delta, bias, smoothing_cells)
+
+    def from_modes(modes, **kw):
+        calls.append("modes")
+        return user_forward.biased_tracer_with_modes.from_modes(modes, **kw)
+
+    with_modes.from_modes = from_modes
+    built = {
+        f: models.ForwardFieldModel(
+            grid, make_power(), lik, f, params, check_forward=False, dtype=tf.float64
+        )
+        for f in (plain, with_modes)
+    }
+    data = built[plain].sample(seed=[5, 6])["data"]
+    latents = built[plain].init_latents("prior", 2, seed=[7, 8])
+    out = {}
+    for f, model in built.items():
+        target = model.target_log_prob_fn(data)
+        calls.clear()
+        with tf.GradientTape() as tape:
+            tape.watch(latents)
+            value = target(*latents)
+        out[f] = (value.numpy(), tape.gradient(value, latents)[0].numpy())
+        assert calls == (["modes"] if f is with_modes else ["delta"])
+    np.testing.assert_allclose(out[with_modes][0], out[plain][0], rtol=1e-12)
+    np.testing.assert_allclose(out[with_modes][1], out[plain][1], atol=1e-10)
+    # the registered example passes the checks (consistency, gradient, XLA)
+    delta = built[plain].field_from_latents(*latents)
+    models.check_forward_fn(user_forward.biased_tracer_with_modes, delta, params)
+
+
 def test_check_forward_fn_other_failures():
     delta = tf.random.stateless_normal([2, 4, 4, 4], [1, 2])
     with pytest.raises(models.ForwardModelError, match="identically zero"):
@@ -129,6 +175,13 @@ def test_check_forward_fn_other_failures():
     with pytest.raises(models.ForwardModelError, match=r"function\(delta, scale=...\)"):
         models.check_forward_fn(lambda d: d, delta, {"scale": 2.0})
     models.check_forward_fn(lambda d, scale: scale * d, delta, {"scale": 2.0})  # fine
+
+    def bad_hook(d):
+        return d * 1.0
+
+    bad_hook.from_modes = 3.0
+    with pytest.raises(models.ForwardModelError, match="from_modes is a float"):
+        models.check_forward_fn(bad_hook, delta)
 
 
 def test_load_forward_target(tmp_path):

@@ -22,6 +22,42 @@ def biased_tracer(delta, bias=1.5, smoothing_cells=1.0):
     return bias * ops.irfft3d(modes, fft_length=(n0, n1, n2))
 
 
+def _kernel(shape, smoothing_cells):
+    n0, n1, n2 = shape
+    k0 = 2 * np.pi * np.fft.fftfreq(n0)[:, None, None]
+    k1 = 2 * np.pi * np.fft.fftfreq(n1)[None, :, None]
+    k2 = 2 * np.pi * np.fft.rfftfreq(n2)[None, None, :]
+    return np.exp(-0.5 * smoothing_cells**2 * (k0**2 + k1**2 + k2**2))
+
+
+def biased_tracer_with_modes(delta, bias=1.5, smoothing_cells=1.0):
+    """``biased_tracer`` with the optional modes hook ``from_modes`` (below)."""
+    return biased_tracer(delta, bias, smoothing_cells)
+
+
+def _biased_tracer_from_modes(modes, bias=1.5, smoothing_cells=1.0):
+    """The same prediction from ``modes = tf.signal.rfft3d(delta)``."""
+    n0, n1, m = modes.shape[-3:]
+    shape = (n0, n1, 2 * (m - 1))  # even n2 in these tests
+    kernel = _kernel(shape, smoothing_cells)
+    modes = modes * tf.cast(tf.constant(kernel, modes.dtype.real_dtype), modes.dtype)
+    return bias * ops.irfft3d(modes, fft_length=shape)
+
+
+biased_tracer_with_modes.from_modes = _biased_tracer_from_modes
+
+
+def inconsistent_modes(delta):
+    """A ``from_modes`` that does not compute what the function computes."""
+    return 2.0 * delta
+
+
+inconsistent_modes.from_modes = lambda modes: (
+    3.0
+    * ops.irfft3d(modes, fft_length=(modes.shape[-3], modes.shape[-2], 2 * (modes.shape[-1] - 1)))
+)
+
+
 def needs_two(delta, other):
     """Wrong signature: a second positional argument without a default."""
     return delta + other
