@@ -575,7 +575,14 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         finite = _all_finite(x) & tf.math.is_finite(lp) & tf.math.is_finite(energy_change)
         x = _select(finite, x, x0)
         g = _select(finite, g, r.grads_target_log_prob)
-        u = _select(finite, u, _unit_vector(x0, nan_seed))
+        # A fresh velocity only where the step failed: under a tf.cond, so the common
+        # all-finite transition does not draw a second full-size normal (as costly as
+        # a gradient at 64³); the same draw as before when it is needed.
+        u = tf.cond(
+            tf.reduce_all(finite),
+            lambda: u,
+            lambda: _select(finite, u, _unit_vector(x0, nan_seed)),
+        )
         lp = tf.where(finite, lp, r.target_log_prob)
         energy_change = tf.where(finite, energy_change, tf.zeros_like(energy_change))
         eps_new, l_new, tuning = self._maybe_tune(r, x, energy_change, finite, dim)
