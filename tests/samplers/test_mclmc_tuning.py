@@ -1,10 +1,11 @@
 """MCLMC's stage-3 check of the tuned step against the bias tolerance.
 
 Stage 3 measures Var[dE]/d at its (otherwise fixed) step in windows and shrinks the
-step by ``(desired / measured)^(1/6)`` after a window above ``desired_energy_var``;
+step by ``(desired / measured)^(1/6)`` after a window above twice ``desired_energy_var``;
 it never grows it. The predictor of stages 1-2 left Var[dE]/d at 1.1e3 and 8e-2
 against 5e-4 on the hierarchical and lognormal-Poisson configs under the prior metric
-(issue 13); without the check nothing corrected that.
+(issue 13). The check corrects the first (9.4e-7 at 32³); the second's large errors
+come only after warm-up, and the health check reports them as a failed tuner.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def test_step_shrinks_until_the_tolerance_is_met(kernel):
 
 def test_step_kept_when_the_tolerance_is_met(kernel):
     assert _walk(kernel, ratio=0.9) == [0.5] * 30
+    assert _walk(kernel, ratio=1.9) == [0.5] * 30  # a near miss: within 2x
 
 
 def test_non_finite_steps_count_as_large_errors(kernel):
