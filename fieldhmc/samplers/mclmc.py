@@ -680,8 +680,8 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         error = tf.where(finite, energy_change, tf.constant(MAX_ENERGY_ERROR, dtype))
         value = tf.reduce_mean(tf.square(error)) / dim
         restart = t == end2
-        total = tf.where(restart, 0.0, tuning.avg_error) + value
-        count = tf.where(restart, 0.0, tuning.da_step) + 1.0
+        total = tf.where(restart, tf.zeros_like(tuning.avg_error), tuning.avg_error) + value
+        count = tf.where(restart, tf.zeros_like(tuning.da_step), tuning.da_step) + 1.0
         done = in3 & (((t - end2 + 1) % window == 0) | (t == end3 - 1))
         measured = total / count
         desired = tf.cast(self._parameters["desired_energy_var"], dtype)

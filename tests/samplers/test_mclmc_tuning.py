@@ -19,17 +19,18 @@ from fieldhmc.samplers.mclmc import MicrocanonicalLangevin
 DIM, CHAINS, WARMUP, DESIRED = 64, 4, 100, 5e-4
 
 
-def _walk(kernel, ratio: float, finite: bool = True) -> list[float]:
+def _walk(kernel, ratio: float, finite: bool = True, dtype=tf.float64) -> list[float]:
     """Step size after each stage-3 transition, fed energy errors with
     ``mean(dE^2)/d = ratio * desired``."""
     _, end2, end3 = kernel.stage_ends
-    results = kernel.bootstrap_results(tf.zeros([CHAINS, DIM], tf.float64))
-    tuning, eps = results.tuning, tf.constant(0.5, tf.float64)
-    error = tf.fill([CHAINS], tf.constant(np.sqrt(ratio * DESIRED * DIM), tf.float64))
+    results = kernel.bootstrap_results(tf.zeros([CHAINS, DIM], dtype))
+    tuning, eps = results.tuning, tf.constant(0.5, dtype)
+    error = tf.fill([CHAINS], tf.constant(np.sqrt(ratio * DESIRED * DIM), dtype))
     ok = tf.fill([CHAINS], finite)
+    check = tf.function(kernel._enforce_tolerance, autograph=False)  # graph mode, as run
     out = []
     for t in range(end2, end3):
-        eps, tuning = kernel._enforce_tolerance(tf.constant(t), eps, error, ok, DIM, tuning)
+        eps, tuning = check(tf.constant(t), eps, error, ok, DIM, tuning)
         out.append(float(eps))
     return out
 
@@ -45,8 +46,9 @@ def kernel():
     )
 
 
-def test_step_shrinks_until_the_tolerance_is_met(kernel):
-    steps = _walk(kernel, ratio=64.0)  # 30 stage-3 transitions, windows of 8
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_step_shrinks_until_the_tolerance_is_met(kernel, dtype):
+    steps = _walk(kernel, ratio=64.0, dtype=dtype)  # 30 stage-3 transitions, windows of 8
     assert steps[6] == 0.5 and steps[7] == pytest.approx(0.25)  # 64^(1/6) = 2
     # The fed errors do not shrink with the step here, so every window shrinks again.
     assert steps[15] == pytest.approx(0.125) and steps[-1] == pytest.approx(0.5 / 16)
