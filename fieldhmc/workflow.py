@@ -457,6 +457,11 @@ def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict, kbin
         {
             "tuned": summary["tuned"],
             "warmup_gradient_evaluations": summary["warmup_gradient_evaluations"],
+            # fields.h5 mean / var average every k-th post-warm-up transition (mclmc: k > 1)
+            "field_moments": {
+                "every": summary.get("field_moments_every", 1),
+                "draws_all_chains": summary.get("field_moments_draws"),
+            },
         }
     )
     io.write_inference_data(run.samples, posterior, stats, attrs)

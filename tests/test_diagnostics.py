@@ -272,6 +272,30 @@ def test_tree_depth_acceptance_and_step_size_checks(rng):
     assert health["gradient_evals"]["total"] == 2 * 50 * 10
 
 
+def test_failed_mclmc_step_tuning_is_reported(rng):
+    """Var[dE]/d far above the tolerance (the hierarchical config under the prior metric:
+    1.1e3 against 5e-4) is a FAILED tuner in the warnings and NOT met in the report's
+    tuning line; within 2x it is neither."""
+    dim, tolerance = 512, 5e-4
+    posterior = {"a": rng.normal(size=(2, 200))}
+    meta = {"sampler": "mclmc", "adjusted": False, "bias_tolerance": tolerance}
+    for scale, failed in ((np.sqrt(1.1e3 * dim), True), (np.sqrt(tolerance * dim), False)):
+        stats = {"energy_error": scale * rng.normal(size=(2, 200))}
+        summary = diag.build_summary(
+            posterior=posterior,
+            sample_stats=stats,
+            dimension=dim,
+            desired_energy_var=tolerance,
+            scalars_method="numpy",
+            metadata=meta,
+        )
+        report = diag.format_report(summary)
+        assert any("tuner FAILED" in w for w in summary["warnings"]) is failed
+        assert ("NOT met" in report) is failed
+        assert ("within 2x of it" in report) is not failed
+        assert ("Verdict: NOT healthy" in report) is failed
+
+
 def test_healthy_run_has_no_sampler_warnings(rng):
     health = diag.sampler_health(healthy_stats(rng), target_accept_prob=0.8, max_tree_depth=10)
     assert health["warnings"] == []

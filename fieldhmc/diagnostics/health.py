@@ -170,7 +170,7 @@ def _check_energy_error(
     }
     if desired_energy_var is None:
         return info, []
-    return info, [
+    warnings = [
         f"energy-error variance per dimension {value:.2g} in chain {chain} is more than "
         f"twice the bias tolerance {desired_energy_var:g} the step size was tuned to — the "
         "unadjusted sampler's bias may exceed it; use a longer warm-up or a smaller "
@@ -178,6 +178,16 @@ def _check_energy_error(
         for chain, value in enumerate(var)
         if value > 2.0 * desired_energy_var
     ]
+    worst = float(np.max(var))
+    if worst > 100.0 * desired_energy_var:  # not a near miss: the step tuner failed
+        warnings.insert(
+            0,
+            f"the step-size tuner FAILED on this target: Var[dE]/d reaches {worst:.2g}, "
+            f"{worst / desired_energy_var:.2g}x the bias tolerance {desired_energy_var:g} — "
+            "the unadjusted draws are not to be trusted (variances and ESS alike); use an "
+            "exact kernel (mams, fieldnuts) or a better-conditioned preconditioner",
+        )
+    return info, warnings
 
 
 def _gradient_evals(n_steps: np.ndarray) -> dict[str, Any]:

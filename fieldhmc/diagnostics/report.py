@@ -106,15 +106,24 @@ def _sampler_lines(sampler: Mapping[str, Any]) -> Lines:
     return lines
 
 
-def _tuning_lines(metadata: Mapping[str, Any]) -> Lines:
-    """The microcanonical kernels' own statement: unadjusted or not, and what was tuned."""
+def _tuning_lines(metadata: Mapping[str, Any], energy: Mapping[str, Any] | None = None) -> Lines:
+    """The microcanonical kernels' own statement: unadjusted or not, what was tuned, and
+    (``energy``: the sampler health's ``energy_error_var_per_dim``) whether the tuned step
+    met the bias tolerance after warm-up."""
     lines = []
     if metadata.get("adjusted") is False:
-        lines.append(
+        tolerance = metadata.get("bias_tolerance")
+        line = (
             f"{metadata.get('sampler')} is UNADJUSTED (no Metropolis test): its draws are "
-            "biased by design; step size tuned to the bias tolerance Var[dE]/d = "
-            f"{metadata.get('bias_tolerance')}"
+            f"biased by design; step size tuned to the bias tolerance Var[dE]/d = {tolerance}"
         )
+        if energy is not None and tolerance:
+            worst = max(energy["per_chain"])
+            met = worst <= 2.0 * tolerance
+            line += f"; after warm-up Var[dE]/d {_fmt(worst, '.2g')} (worst chain): " + (
+                "within 2x of it" if met else f"NOT met, {worst / tolerance:.2g}x the tolerance"
+            )
+        lines.append(line)
     tuning = metadata.get("tuning")
     if tuning:
         lines.append(
@@ -122,6 +131,12 @@ def _tuning_lines(metadata: Mapping[str, Any]) -> Lines:
             + ", ".join(f"{k} {_fmt(v, '.4g')}" for k, v in tuning["tuned"].items())
             + f"; warm-up gradient evaluations {tuning['warmup_gradient_evaluations']}"
         )
+        moments = tuning.get("field_moments") or {}
+        if moments.get("every", 1) > 1:
+            lines.append(
+                f"field mean / variance (fields.h5) from every {moments['every']}th transition "
+                f"after warm-up: {moments['draws_all_chains']} draws of all chains"
+            )
     return lines
 
 
@@ -275,7 +290,8 @@ def format_report(summary: Mapping[str, Any]) -> str:
         lines += _scalar_lines(summary["scalars"])
     if summary.get("sampler"):
         lines += _sampler_lines(summary["sampler"])
-    lines += _tuning_lines(summary.get("metadata") or {})
+    energy = (summary.get("sampler") or {}).get("energy_error_var_per_dim")
+    lines += _tuning_lines(summary.get("metadata") or {}, energy)
     if summary.get("efficiency"):
         lines += _efficiency_lines(summary["efficiency"])
     sections = (("field", _field_lines), ("truth", _truth_lines), ("wiener", _wiener_lines))

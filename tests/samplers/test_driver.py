@@ -11,8 +11,14 @@ from scipy import stats
 
 from fieldhmc.diagnostics import ess_bulk
 from fieldhmc.samplers.checkpoint import load_checkpoint, save_checkpoint
-from fieldhmc.samplers.driver import Sampler, SamplerSettings, adaptation_windows
-from fieldhmc.samplers.storage import H5TraceSink, MemorySink, read_traces
+from fieldhmc.samplers.driver import (
+    FieldOutputs,
+    Sampler,
+    SamplerSettings,
+    adaptation_windows,
+    field_stats_every,
+)
+from fieldhmc.samplers.storage import H5TraceSink, MemorySink, read_fields, read_traces
 
 D = 24
 SD = np.geomspace(0.05, 5.0, D).astype(np.float32)
@@ -303,3 +309,61 @@ def test_microcanonical_resume_is_bit_identical(tmp_path, kind):
     assert full["warmup_gradient_evaluations"] == resumed["warmup_gradient_evaluations"] > 0
     # The tuner moved both parameters away from their starting values.
     assert full["tuned"]["step_size"] != 0.1 and full["tuned"]["trajectory_length"] != 1.0
+
+
+def _field_sampler(**kw):
+    """mclmc on the D-vector target with field outputs: the field is ``x`` itself."""
+    settings = SamplerSettings(
+        kind="mclmc",
+        num_chains=4,
+        num_burnin_steps=40,
+        num_results=37,
+        chunk_size=15,
+        field_thin=5,
+        seed=9,
+        **kw,
+    )
+    outputs = FieldOutputs(
+        field_fn=lambda x, h: x,
+        power_fn=lambda v: tf.reduce_sum(v**2, axis=-1, keepdims=True),
+    )
+    return Sampler(gaussian_target, settings, ["x", "h"], [SD, np.float32(2.0)], outputs)
+
+
+def test_mclmc_field_moments_every_kth_transition_and_resume(tmp_path):
+    """mclmc (2 gradients per transition) updates the field's running moments every 5th
+    post-warm-up transition only: they equal the moments of the stored field draws
+    (field_thin = 5), not those of every transition; per-draw P(k) stays on every stored
+    draw; a run killed mid-sampling and resumed gives the same bytes."""
+    assert field_stats_every(SamplerSettings(kind="mclmc")) == 5
+    assert field_stats_every(SamplerSettings(kind="mclmc", integrator="leapfrog")) == 10
+    for kind in ("hmc", "nuts", "fieldnuts", "mams"):
+        assert field_stats_every(SamplerSettings(kind=kind)) == 1
+
+    def run(name, sampler, **kw):
+        d = tmp_path / name
+        sink = H5TraceSink(d / "traces.h5", d / "fields.h5")
+        init = None if kw.get("resume") else _init()
+        out = sampler.run(sink, d / "checkpoint", init, progress=False, **kw)
+        return out, read_traces(d / "traces.h5"), read_fields(d / "fields.h5")
+
+    sampler = _field_sampler()
+    full, traces, fields = run("full", sampler)
+    draws = fields["draws"].astype(np.float64).reshape(-1, D)  # every 5th transition
+    assert fields["draws"].shape[:2] == (8, 4)  # ceil(37 / 5) draws of 4 chains
+    assert full["field_moments_every"] == 5 and full["field_moments_draws"] == draws.shape[0]
+    np.testing.assert_allclose(full["field_mean"], draws.mean(axis=0), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(full["field_var"], draws.var(axis=0, ddof=1), rtol=1e-10)
+    # P(k) of every stored draw (thin = 1: every transition), none skipped.
+    x_all = traces["power"][..., 0]
+    assert x_all.shape == (37, 4) and np.all(x_all > 0)
+    # Killed after 4 chunks (5 transitions into sampling), resumed by a fresh sampler.
+    partial, _, _ = run("killed", sampler, max_chunks=4)
+    assert not partial["complete"] and partial["step"] == 45
+    resumed, traces_r, fields_r = run("killed", _field_sampler(), resume=True)
+    for name in traces:
+        assert traces[name].tobytes() == traces_r[name].tobytes(), name
+    assert fields["draws"].tobytes() == fields_r["draws"].tobytes()
+    for name in ("field_mean", "field_var"):
+        assert full[name].tobytes() == resumed[name].tobytes(), name
+    assert resumed["field_moments_draws"] == full["field_moments_draws"]
