@@ -8,6 +8,7 @@ here parses arguments or prints tables beyond the diagnostics report.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import math
@@ -466,10 +467,17 @@ def run(
     rundir = io.prepare_run_directory(out_dir, overwrite)
     _write_config(rundir, config)
     _write_data(rundir, model, d)
+    data = d.data
+    del d  # truth and its latents are on disk now (the diagnostics read them back)
     if mesh is not None:
-        _sample_sharded(rundir, config, model, d.data, mesh)
+        _sample_sharded(rundir, config, model, data, mesh)
         return rundir
-    _sample(rundir, config, model, d.data, resume_run=False, progress=progress)
+    _sample(rundir, config, model, data, resume_run=False, progress=progress)
+    # diagnose and plot read everything back from the run directory: the model's
+    # constants and the data are not needed there (~12 fields at 256³; its compiled
+    # functions form reference cycles, hence the collection).
+    del model, data
+    gc.collect()
     diagnose(rundir.root)
     if plots:
         plot(rundir.root)
