@@ -396,6 +396,10 @@ def _sample(
         tensorboard_dir=run.root / "tensorboard" if config.outputs.tensorboard else None,
         seed=config.sampler.seed,
     )
+    # Its carried state and compiled chunk are not needed for the export (a sampler the
+    # caller passed in stays alive with the caller).
+    del sampler
+    gc.collect()
     if summary["field_mean"] is not None:
         if not config.outputs.store_fields:
             sink = H5TraceSink(run.traces, run.fields)
