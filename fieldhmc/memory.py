@@ -21,14 +21,17 @@ __all__ = ["MemoryEstimate", "available_bytes", "check_memory", "estimate_peak_b
 #: RSS of a run before any field exists: TensorFlow, XLA compiling the chunk, the
 #: diagnostics and plotting stack (measured ~1.7 GB at 64³ where fields are negligible).
 BASELINE_BYTES = 1.9e9
-#: Field-sized buffers independent of the number of chains: model constants, data,
-#: truth and preconditioner (~35 at 128³), the float64 running moments, and the
-#: per-value statistics of the multiplicity-aware mode test in ``diagnose``
-#: (~21 float64 per real value, i.e. ~40 float32 fields: the largest part at 256³).
-FIXED_FIELDS = 80.0
+#: Field-sized buffers independent of the number of chains: model constants, data and
+#: preconditioner (~29 at 256³ before sampling), the float64 Wiener-filter reference and
+#: the streamed diagnostics (the mode test keeps ~10 bytes per real value, ~14 fields
+#: with its temporaries), on top of what the sampling phase leaves resident. Measured
+#: 256³ x 4 chains whole run: 129.6 fields above the TensorFlow baseline (9.6 GB);
+#: estimated with these multiples: 10.1 GB.
+FIXED_FIELDS = 50.0
 #: Field-sized buffers per chain: state and gradient (carried in place, see
-#: ``samplers.driver._Carry``), momentum, proposal and the model's float64 temporaries
-#: of one leapfrog step, host copies for the checkpoint.
+#: ``samplers.driver._Carry``), momentum, proposal, the FFT temporaries and the model's
+#: float64 terms of one leapfrog step (~8.4 per chain in the compiled chunk's
+#: preallocated temp), the stored-draw slot, host copies for the checkpoint.
 PER_CHAIN_FIELDS = 18.0
 
 

@@ -8,6 +8,7 @@ here parses arguments or prints tables beyond the diagnostics report.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import math
@@ -422,6 +423,10 @@ def _sample(
         tensorboard_dir=run.root / "tensorboard" if config.outputs.tensorboard else None,
         seed=config.sampler.seed,
     )
+    # Its carried state and compiled chunk are not needed for the export (a sampler the
+    # caller passed in stays alive with the caller).
+    del sampler
+    gc.collect()
     if summary["field_mean"] is not None:
         if not config.outputs.store_fields:
             sink = H5TraceSink(run.traces, run.fields)
@@ -503,7 +508,14 @@ def run(
     rundir = io.prepare_run_directory(out_dir, overwrite)
     _write_config(rundir, config)
     _write_data(rundir, model, d)
-    _sample(rundir, config, model, d.data, resume_run=False, progress=progress, mesh=mesh)
+    data = d.data
+    del d  # truth and its latents are on disk now (the diagnostics read them back)
+    _sample(rundir, config, model, data, resume_run=False, progress=progress, mesh=mesh)
+    # diagnose and plot read everything back from the run directory: the model's
+    # constants and the data are not needed there (~12 fields at 256³; its compiled
+    # functions form reference cycles, hence the collection).
+    del model, data
+    gc.collect()
     diagnose(rundir.root)
     if plots:
         plot(rundir.root)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import weakref
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
-from fieldhmc import cli
+from fieldhmc import cli, workflow
 from fieldhmc.config import MICROCANONICAL_KINDS, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,12 +33,54 @@ def _run(config: Path, out: Path, *extra: str) -> int:
     return cli.main(argv)
 
 
+#: Filled by ``quick_run``: for each model ``run`` built, whether it was still alive
+#: when ``diagnose`` started, and for each sampler, whether alive at the export.
+QUICK_RUN_MODELS_ALIVE: list[bool] = []
+QUICK_RUN_SAMPLERS_ALIVE: list[bool] = []
+
+
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory) -> Path:
     """One shrunken quickstart run shared by the tests that only read it (or copy it)."""
     out = tmp_path_factory.mktemp("quick") / "run"
-    assert _run(ROOT / "configs" / "quickstart.yaml", out) == 0
+    built, build, diagnose = [], workflow.build_model, workflow.diagnose
+    samplers, build_sampler, export = [], workflow.build_sampler, workflow._export
+
+    def recording_build_sampler(*args, **kwargs):
+        sampler = build_sampler(*args, **kwargs)
+        samplers.append(weakref.ref(sampler))
+        return sampler
+
+    def checking_export(*args, **kwargs):
+        QUICK_RUN_SAMPLERS_ALIVE.extend(ref() is not None for ref in samplers)
+        return export(*args, **kwargs)
+
+    def recording_build(*args, **kwargs):
+        model = build(*args, **kwargs)
+        built.append(weakref.ref(model))
+        return model
+
+    def checking_diagnose(*args, **kwargs):
+        if not QUICK_RUN_MODELS_ALIVE:
+            QUICK_RUN_MODELS_ALIVE.extend(ref() is not None for ref in built)
+        return diagnose(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workflow, "build_model", recording_build)
+        mp.setattr(workflow, "diagnose", checking_diagnose)
+        mp.setattr(workflow, "build_sampler", recording_build_sampler)
+        mp.setattr(workflow, "_export", checking_export)
+        assert _run(ROOT / "configs" / "quickstart.yaml", out) == 0
     return out
+
+
+def test_run_releases_the_model_before_diagnose(quick_run):
+    # diagnose and plot read everything back from the run directory; the model's
+    # constants (~12 fields at 256³, with the data and truth) were held through them.
+    assert QUICK_RUN_MODELS_ALIVE == [False]
+    # the sampler's carried state (state, gradient, float64 field moments: 12 fields at
+    # 256³ x 4 chains) and compiled chunk were held through the export
+    assert QUICK_RUN_SAMPLERS_ALIVE == [False]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])

@@ -55,13 +55,20 @@ def _independent_mode_masks(grid_shape: Sequence[int]) -> tuple[np.ndarray, np.n
 
 
 def _group_stats(
-    values: np.ndarray, labels: np.ndarray, nbins: int, reducers: Mapping[str, Callable]
+    values: np.ndarray,
+    labels: np.ndarray,
+    nbins: int,
+    reducers: Mapping[str, Callable],
+    order: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Apply NaN-aware reducers to ``values`` grouped by integer ``labels`` in [0, nbins)."""
-    order = np.argsort(labels, kind="stable")
-    sorted_labels = labels[order]
+    """Apply NaN-aware reducers to ``values`` grouped by integer ``labels`` in [0, nbins).
+
+    ``order``, if given, is ``np.argsort(labels, kind="stable")`` (shared between calls).
+    """
+    if order is None:
+        order = np.argsort(labels, kind="stable")
+    bounds = np.searchsorted(labels[order], np.arange(nbins + 1))
     sorted_values = values[order]
-    bounds = np.searchsorted(sorted_labels, np.arange(nbins + 1))
     out = {name: np.full(nbins, np.nan) for name in reducers}
     for b in range(nbins):
         group = sorted_values[bounds[b] : bounds[b + 1]]
@@ -74,12 +81,13 @@ def _group_stats(
 
 def _worst(score: np.ndarray, num: int, *, largest: bool) -> np.ndarray:
     """Indices of the ``num`` worst entries; NaN counts as worst (e.g. a frozen mode)."""
-    key = np.where(np.isnan(score), np.inf, score if largest else -score)
-    num = min(num, key.size)
+    num = min(num, score.size)
     if num == 0:
         return np.zeros(0, dtype=int)
-    idx = np.argpartition(-key, num - 1)[:num]
-    return idx[np.argsort(-key[idx], kind="stable")]
+    neg_key = np.negative(score) if largest else score.copy()  # one float64 per value
+    neg_key[np.isnan(neg_key)] = -np.inf
+    idx = np.argpartition(neg_key, num - 1)[:num]
+    return idx[np.argsort(neg_key[idx], kind="stable")]
 
 
 _STAT_ROWS = ("r_hat", "ess_bulk", "ratio_bulk", "ratio_tail", "tau_bulk", "tau_tail")
@@ -144,7 +152,9 @@ def _check_modes(
     half_shape = (grid_shape[0], grid_shape[1], grid_shape[2] // 2 + 1)
     if modes.ndim != 5 or tuple(modes.shape[2:]) != half_shape:
         raise ValueError(f"modes must have shape (chain, draw, {half_shape}), got {modes.shape}")
-    kbins = np.asarray(kbin_index).astype(int)
+    kbins = np.asarray(kbin_index)
+    if kbins.dtype.kind not in "iu":
+        kbins = kbins.astype(int)
     if kbins.shape != half_shape:
         raise ValueError(f"kbin_index must have shape {half_shape}, got {kbins.shape}")
     return modes, kbins, half_shape
@@ -152,43 +162,90 @@ def _check_modes(
 
 def _select_values(
     kbins: np.ndarray, nbins: int, grid_shape: Sequence[int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Flat half-spectrum index and part ("real"/"imag") of every independent real value."""
+) -> tuple[np.ndarray, int]:
+    """Flat half-spectrum index of every independent real value, real parts first.
+
+    Returns the ascending flat indices of the real parts followed by those of the
+    imaginary parts (the smallest integer type that holds them: 4 bytes per value up to
+    2³¹ modes) and the number of real parts: value ``t`` is a real part iff
+    ``t < num_real``.
+    """
     keep_real, keep_imag = _independent_mode_masks(grid_shape)
     valid = (kbins >= 0) & (kbins < nbins)
-    sel_real = np.flatnonzero(keep_real & valid)
-    sel_imag = np.flatnonzero(keep_imag & valid)
-    parts = np.array(["real"] * sel_real.size + ["imag"] * sel_imag.size)
-    return np.concatenate([sel_real, sel_imag]), parts
+    dtype = np.int32 if keep_real.size < 2**31 else np.int64
+    sel_real = np.flatnonzero(keep_real & valid).astype(dtype)
+    sel_imag = np.flatnonzero(keep_imag & valid).astype(dtype)
+    return np.concatenate([sel_real, sel_imag]), int(sel_real.size)
+
+
+def _value_labels(kbins: np.ndarray, flat_index: np.ndarray, nbins: int) -> np.ndarray:
+    """k-bin of each selected value, in the smallest integer type holding ``nbins``."""
+    dtype = np.int16 if nbins < 2**15 else np.int32
+    return kbins.reshape(-1)[flat_index].astype(dtype)
+
+
+def _part_slices(flat_index: np.ndarray, num_real: int):
+    """``(part, offset, ascending flat indices)`` of the real and the imaginary parts."""
+    return (("real", 0, flat_index[:num_real]), ("imag", num_real, flat_index[num_real:]))
 
 
 def _mode_statistics(
-    modes: np.ndarray, flat_index: np.ndarray, parts: np.ndarray, chunk_size: int | None
+    modes: np.ndarray,
+    flat_index: np.ndarray,
+    num_real: int,
+    labels: np.ndarray,
+    nbins: int,
+    chunk_size: int | None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """:func:`_mode_block` over all selected values, one block of consecutive modes at a time.
 
     Each block is read once for both parts (in slabs when ``modes`` is out of core, see
     :func:`~fieldhmc.diagnostics.convergence._column_blocks`), then its selected values.
+    Only what the test needs per value is kept (``r_hat``, ``ess_bulk``, ``ratio_bulk``,
+    ``ratio_tail``: 4 float64); the autocorrelation estimates ``tau_*`` enter only as
+    their k-bin sums and counts (``tau_bulk_sums``, ``tau_bulk_counts``, ... of shape
+    ``(nbins,)``, finite values only), and the frozen-chain mask only as the number of
+    frozen values per chain (returned, shape ``(chain,)``).
     """
     c, n = modes.shape[:2]
-    stats = np.full((len(_STAT_ROWS), flat_index.size), np.nan)
-    frozen = np.zeros((flat_index.size, c), dtype=bool)
+    m = flat_index.size
+    keep = ("r_hat", "ess_bulk", "ratio_bulk", "ratio_tail")
+    out = {key: np.full(m, np.nan) for key in keep}
+    for key in ("tau_bulk", "tau_tail"):
+        out[key + "_sums"] = np.zeros(nbins)
+        out[key + "_counts"] = np.zeros(nbins, dtype=np.int64)
+    frozen_per_chain = np.zeros(c, dtype=np.int64)
+    rows = {key: _STAT_ROWS.index(key) for key in (*keep, "tau_bulk", "tau_tail")}
     step = chunk_size or max(1, _CHUNK_ELEMENTS // (c * n))
-    wheres = [(part, np.flatnonzero(parts == part)) for part in ("real", "imag")]
+    parts = _part_slices(flat_index, num_real)
     for lo, hi, cols in _column_blocks(modes, step) if n >= 4 else ():
-        for part, where in wheres:
-            sel = flat_index[where]  # ascending within a part
+        for part, offset, sel in parts:
             a, b = np.searchsorted(sel, [lo, hi])
             if a == b:
                 continue
             values = getattr(cols[:, :, sel[a:b] - lo], part)
             block = np.ascontiguousarray(values.transpose(2, 0, 1), dtype=float)
-            stats[:, where[a:b]], frozen[where[a:b]] = _mode_block(block)
-    out = dict(zip(_STAT_ROWS, stats, strict=True))
+            stats, frozen = _mode_block(block)
+            where = slice(offset + a, offset + b)
+            for key in keep:
+                out[key][where] = stats[rows[key]]
+            block_labels = labels[where]
+            for key in ("tau_bulk", "tau_tail"):
+                tau = stats[rows[key]]
+                finite = np.isfinite(tau)
+                out[key + "_sums"] += np.bincount(
+                    block_labels[finite], weights=tau[finite], minlength=nbins
+                )[:nbins]
+                out[key + "_counts"] += np.bincount(block_labels[finite], minlength=nbins)[:nbins]
+            frozen_per_chain += frozen.sum(axis=0)
     if c < 2:  # one chain: no between-chain comparison
         for key in ("r_hat", "ratio_bulk", "ratio_tail"):
-            out[key] = np.full(flat_index.size, np.nan)
-    return out, frozen
+            out[key] = np.full(m, np.nan)
+    return out, frozen_per_chain
+
+
+#: Values per piece when the p-values are computed (bounds SciPy's temporaries).
+_PVALUE_CHUNK = 1 << 14
 
 
 def _multiplicity_test(
@@ -198,15 +255,29 @@ def _multiplicity_test(
     shape: tuple[int, int],
     false_alarm: float,
 ) -> dict[str, Any]:
-    """p-values against converged chains and Benjamini–Hochberg flags (see multiplicity)."""
+    """p-values against converged chains and Benjamini–Hochberg flags (see multiplicity).
+
+    ``stats`` as returned by :func:`_mode_statistics`; the p-values are computed in pieces
+    of :data:`_PVALUE_CHUNK` values (float64, one per value).
+    """
     c, n = shape
     split = (2 * c, n // 2)
-    tau_bulk = multiplicity.reference_tau(stats["tau_bulk"], labels, nbins)
-    tau_tail = multiplicity.reference_tau(stats["tau_tail"], labels, nbins)
-    p = multiplicity.rhat_pvalue(
-        stats["ratio_bulk"], stats["ratio_tail"], tau_bulk[labels], tau_tail[labels], *split
+    tau_bulk = multiplicity.reference_tau_from_sums(
+        stats["tau_bulk_sums"], stats["tau_bulk_counts"]
     )
-    tau_all = multiplicity.reference_tau(stats["tau_bulk"], np.zeros(labels.size, int), 1)[0]
+    tau_tail = multiplicity.reference_tau_from_sums(
+        stats["tau_tail_sums"], stats["tau_tail_counts"]
+    )
+    counts = stats["tau_bulk_counts"].sum()
+    tau_all = float(stats["tau_bulk_sums"].sum() / counts) if counts else math.nan
+    ratio_bulk, ratio_tail = stats["ratio_bulk"], stats["ratio_tail"]
+    p = np.empty(ratio_bulk.size)
+    for lo in range(0, p.size, _PVALUE_CHUNK):
+        s = slice(lo, lo + _PVALUE_CHUNK)
+        lab = labels[s]
+        p[s] = multiplicity.rhat_pvalue(
+            ratio_bulk[s], ratio_tail[s], tau_bulk[lab], tau_tail[lab], *split
+        )
     return {
         "p_value": p,
         "flagged": multiplicity.benjamini_hochberg(p, false_alarm),
@@ -220,24 +291,32 @@ def _kbin_table(
     stats: Mapping[str, np.ndarray],
     test: Mapping[str, Any],
     labels: np.ndarray,
-    is_real: np.ndarray,
+    num_real: int,
     nbins: int,
     rhat_threshold: float,
 ) -> dict[str, np.ndarray]:
     r_hat, ess = stats["r_hat"], stats["ess_bulk"]
+    order = np.argsort(labels, kind="stable")
     per_bin = _group_stats(
-        r_hat, labels, nbins, {"r_hat_min": np.min, "r_hat_median": np.median, "r_hat_max": np.max}
+        r_hat,
+        labels,
+        nbins,
+        {"r_hat_min": np.min, "r_hat_median": np.median, "r_hat_max": np.max},
+        order,
     )
     per_bin.update(
-        _group_stats(ess, labels, nbins, {"ess_bulk_min": np.min, "ess_bulk_median": np.median})
+        _group_stats(
+            ess, labels, nbins, {"ess_bulk_min": np.min, "ess_bulk_median": np.median}, order
+        )
     )
+    del order
     per_bin["tau_ref"] = test["tau_ref"]
 
-    def count(mask: np.ndarray) -> np.ndarray:
-        return np.bincount(labels, weights=mask, minlength=nbins)[:nbins].astype(int)
+    def count(mask: np.ndarray, lab: np.ndarray = labels) -> np.ndarray:
+        return np.bincount(lab[mask], minlength=nbins)[:nbins]
 
     per_bin["num_values"] = np.bincount(labels, minlength=nbins)[:nbins]
-    per_bin["num_modes"] = count(is_real)
+    per_bin["num_modes"] = np.bincount(labels[:num_real], minlength=nbins)[:nbins]
     per_bin["num_rhat_above"] = count(r_hat > rhat_threshold)
     per_bin["num_flagged"] = count(test["flagged"])
     per_bin["num_undefined"] = count(np.isnan(ess))
@@ -262,7 +341,7 @@ def _gather_columns(modes: ArrayLike, flat_cols: np.ndarray) -> np.ndarray:
 
 
 def _outlier_chains(
-    modes: np.ndarray, flat_index: np.ndarray, parts: np.ndarray, idx: np.ndarray
+    modes: np.ndarray, flat_index: np.ndarray, num_real: int, idx: np.ndarray
 ) -> list[int]:
     """How often each chain is the one whose mean is farthest from the others', over ``idx``.
 
@@ -273,8 +352,8 @@ def _outlier_chains(
     counts = np.zeros(c, dtype=int)
     if c < 2 or idx.size == 0:
         return counts.tolist()
-    for part in ("real", "imag"):
-        cols = idx[parts[idx] == part]
+    for part, is_part in (("real", idx < num_real), ("imag", idx >= num_real)):
+        cols = idx[is_part]
         if cols.size:
             selected = _gather_columns(modes, np.sort(flat_index[cols]))
             values = getattr(selected, part).astype(float)  # (c, n, f)
@@ -288,7 +367,7 @@ def _outlier_chains(
 def _describe_modes(
     idx: np.ndarray,
     flat_index: np.ndarray,
-    parts: np.ndarray,
+    num_real: int,
     labels: np.ndarray,
     half_shape: tuple[int, int, int],
     columns: Mapping[str, np.ndarray],
@@ -296,10 +375,11 @@ def _describe_modes(
     entries = []
     for t in idx:
         ijl = [int(v) for v in np.unravel_index(flat_index[t], half_shape)]
+        part = "real" if t < num_real else "imag"
         entry = {
-            "name": f"mode[{ijl[0]},{ijl[1]},{ijl[2]}].{parts[t]}",
+            "name": f"mode[{ijl[0]},{ijl[1]},{ijl[2]}].{part}",
             "index": ijl,
-            "part": str(parts[t]),
+            "part": part,
             "kbin": int(labels[t]),
         }
         entry.update({key: float(values[t]) for key, values in columns.items()})
@@ -372,15 +452,19 @@ def mode_convergence(
     """
     modes, kbins, half_shape = _check_modes(modes, kbin_index, grid_shape)
     c, n = modes.shape[:2]
-    flat_index, parts = _select_values(kbins, nbins, grid_shape)
-    labels = kbins.reshape(-1)[flat_index]
-    stats, frozen = _mode_statistics(modes, flat_index, parts, chunk_size)
+    flat_index, num_real = _select_values(kbins, nbins, grid_shape)
+    labels = _value_labels(kbins, flat_index, nbins)
+    del kbins
+    stats, frozen_per_chain = _mode_statistics(
+        modes, flat_index, num_real, labels, nbins, chunk_size
+    )
     test = _multiplicity_test(stats, labels, nbins, (c, n), false_alarm)
-    per_bin = _kbin_table(stats, test, labels, parts == "real", nbins, rhat_threshold)
+    del stats["ratio_bulk"], stats["ratio_tail"]  # only the p-values needed them
+    per_bin = _kbin_table(stats, test, labels, num_real, nbins, rhat_threshold)
     columns = {"r_hat": stats["r_hat"], "ess_bulk": stats["ess_bulk"], "p_value": test["p_value"]}
 
     def describe(idx: np.ndarray) -> list[dict[str, Any]]:
-        return _describe_modes(idx, flat_index, parts, labels, half_shape, columns)
+        return _describe_modes(idx, flat_index, num_real, labels, half_shape, columns)
 
     flagged = np.flatnonzero(test["flagged"])
     most_significant = flagged[np.argsort(test["p_value"][flagged], kind="stable")[:num_worst]]
@@ -404,8 +488,8 @@ def mode_convergence(
             "num_undefined": int(np.isnan(ess).sum()),
             "tau_ref": test["tau_all"],
             "r_hat_q99": test["r_hat_q99"],
-            "frozen_per_chain": [int(v) for v in frozen.sum(axis=0)],
-            "outlier_chain_counts": _outlier_chains(modes, flat_index, parts, flagged),
+            "frozen_per_chain": [int(v) for v in frozen_per_chain],
+            "outlier_chain_counts": _outlier_chains(modes, flat_index, num_real, flagged),
         },
         "worst_r_hat": describe(_worst(stats["r_hat"], num_worst, largest=True)) if c >= 2 else [],
         "worst_ess_bulk": describe(_worst(ess, num_worst, largest=False)),

@@ -68,9 +68,28 @@ def reference_tau(tau: np.ndarray, labels: np.ndarray, nbins: int) -> np.ndarray
         :data:`MIN_VALUES_PER_BIN` finite values (NaN if none is finite).
     """
     finite = np.isfinite(tau)
-    overall = float(tau[finite].mean()) if finite.any() else math.nan
     counts = np.bincount(labels[finite], minlength=nbins)[:nbins]
     sums = np.bincount(labels[finite], weights=tau[finite], minlength=nbins)[:nbins]
+    return reference_tau_from_sums(sums, counts)
+
+
+def reference_tau_from_sums(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """:func:`reference_tau` from per-bin sums and counts of the finite estimates.
+
+    For statistics accumulated block by block (no per-value array of ``tau`` kept).
+
+    Parameters
+    ----------
+    sums, counts : numpy.ndarray, shape (nbins,)
+        Sum and number of the finite per-value estimates in each k-bin.
+
+    Returns
+    -------
+    numpy.ndarray, shape (nbins,)
+        As :func:`reference_tau`.
+    """
+    total = counts.sum()
+    overall = float(sums.sum() / total) if total else math.nan
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(counts >= MIN_VALUES_PER_BIN, sums / counts, overall)
 
@@ -132,12 +151,16 @@ def benjamini_hochberg(pvalues: np.ndarray, q: float = FIELD_FALSE_ALARM) -> np.
     numpy.ndarray of bool, shape (m,)
     """
     p = np.asarray(pvalues, dtype=float)
-    finite = np.flatnonzero(np.isfinite(p))
     flagged = np.zeros(p.shape, dtype=bool)
-    if finite.size == 0:
+    num_tests = int(np.count_nonzero(np.isfinite(p)))
+    if num_tests == 0:
         return flagged
-    order = finite[np.argsort(p[finite], kind="stable")]
-    passes = p[order] <= q * np.arange(1, order.size + 1) / order.size
+    # Every threshold q k / m is at most q, so only p <= q can pass; they are also the
+    # smallest p-values, so their ranks among themselves are their ranks among all
+    # (sorting only them gives the same flags without a sort of all m p-values).
+    candidates = np.flatnonzero(p <= q)
+    order = candidates[np.argsort(p[candidates], kind="stable")]
+    passes = p[order] <= q * np.arange(1, order.size + 1) / num_tests
     if passes.any():
         flagged[order[: np.flatnonzero(passes)[-1] + 1]] = True
     return flagged

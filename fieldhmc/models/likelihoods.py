@@ -204,12 +204,21 @@ class GaussianLikelihood(Likelihood):
         if not np.all(np.isfinite(sigma_obs)):
             raise ValueError("sigma must be finite at observed voxels (mask them instead)")
         self.sigma = sigma
-        self.observed = observed
         self.num_observed = int(observed.sum())
-        self.sigma_safe = np.where(observed, sigma, 1.0)
-        self.weights = np.where(observed, 1.0 / self.sigma_safe**2, 0.0)
+        if self.mask is None and sigma.ndim == 0:
+            # Uniform noise: read-only broadcast views (no float64 grids: 4 fields at 256³),
+            # the same values as the general branch.
+            shape = grid.grid_shape
+            self.observed = np.broadcast_to(np.True_, shape)
+            self.sigma_safe = np.broadcast_to(sigma, shape)
+            self.weights = np.broadcast_to(1.0 / sigma**2, shape)
+        else:
+            self.observed = observed
+            self.sigma_safe = np.where(observed, sigma, 1.0)
+            self.weights = np.where(observed, 1.0 / self.sigma_safe**2, 0.0)
+        del observed
         self.log_norm = float(
-            -np.log(self.sigma_safe[observed]).sum()
+            -np.log(self.sigma_safe[self.observed]).sum()
             - 0.5 * self.num_observed * math.log(2 * math.pi)
         )
 
@@ -231,7 +240,7 @@ class GaussianLikelihood(Likelihood):
 
     def constants(self, data, dtype):
         if self.is_fourier_diagonal:
-            weights = tf.constant(float(self.weights.reshape(-1)[0]), tf.float64)
+            weights = tf.constant(float(self.weights.flat[0]), tf.float64)
         else:
             weights = tf.constant(self.weights, tf.float64)
         return {

@@ -219,7 +219,9 @@ class HermitianPacking:
         n_last, m = self.grid_shape[-1], self.modes_shape[-1]
         plane_size = math.prod(self._plane_shape)
         rows = np.arange(plane_size)
-        out = np.empty((plane_size, n_last), np.int64)
+        # int32 while the modes fit (half the bytes: the model keeps this per coordinate)
+        dtype = np.int32 if math.prod(self.modes_shape) < 2**31 else np.int64
+        out = np.empty((plane_size, n_last), dtype)
         owner = self._plane.owner_of_real
         out[:, 0] = owner * m
         cols = np.arange(1, 2 * self._num_free + 1)

@@ -69,14 +69,14 @@ def test_pvalues_of_converged_modes_are_uniform():
     independent, autocorrelated (ESS = N/4) and antithetic (ESS = 1.9 N) chains."""
     grid = (8, 32, 32)  # 8,176 values per case
     kbins = kbin_grid(grid, NBINS)
-    flat_index, parts = diag.modes._select_values(kbins, NBINS, grid)
-    labels = kbins.reshape(-1)[flat_index]
+    flat_index, num_real = diag.modes._select_values(kbins, NBINS, grid)
+    labels = diag.modes._value_labels(kbins, flat_index, NBINS)
     rng = np.random.default_rng(5)
     p = []
     for rho in (0.0, 0.6, -0.3):
         shape = (CHAINS, DRAWS) + grid[:2] + (grid[2] // 2 + 1,)
         modes = ar1(rng, rho, shape) + 1j * ar1(rng, rho, shape)
-        stat, _ = diag.modes._mode_statistics(modes, flat_index, parts, None)
+        stat, _ = diag.modes._mode_statistics(modes, flat_index, num_real, labels, NBINS, None)
         test = diag.modes._multiplicity_test(stat, labels, NBINS, (CHAINS, DRAWS), 0.01)
         p.append(test["p_value"])
     p = np.concatenate(p)
