@@ -88,6 +88,9 @@ def child(args) -> dict:
     """Run one grid with every phase metered; return the table as a dict."""
     meter = PhaseMeter()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from fieldhmc.cli import tf_environment
+
+    tf_environment()  # the allocator the CLI runs with
     import numpy as np
     import tensorflow as tf  # noqa: F401  (the baseline includes TensorFlow)
 

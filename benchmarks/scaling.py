@@ -46,6 +46,9 @@ def child(
     n: int, chains: int, leapfrog: int, results: int, repeats: int, field_outputs: bool
 ) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from fieldhmc.cli import tf_environment
+
+    tf_environment()  # the allocator the CLI runs with
     import numpy as np
     import tensorflow as tf
 

@@ -48,6 +48,8 @@ def worker_environment(threads: int) -> dict[str, str]:
         "TF_NUM_INTEROP_THREADS": "1",
         "OMP_NUM_THREADS": str(threads),
         "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+        # freed buffers go back to the system, as in the CLI (cli.tf_environment)
+        "TF_ONEDNN_USE_SYSTEM_ALLOCATOR": os.environ.get("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1"),
     }
 
 

@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from fieldhmc.cli import tf_environment
+
+    tf_environment()  # before TensorFlow starts: freed buffers go back to the system
 
     from fieldhmc import config as cfg
 

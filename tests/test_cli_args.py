@@ -51,9 +51,11 @@ class FakeWorkflow(types.ModuleType):
 
 @pytest.fixture(autouse=True)
 def _restore_global_state(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``main`` sets logger levels and TF_CPP_MIN_LOG_LEVEL; undo that for other tests."""
-    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "unset")  # records the original value
-    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL")
+    """``main`` sets logger levels and TensorFlow's environment; undo that for other
+    tests."""
+    for name in ("TF_CPP_MIN_LOG_LEVEL", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR"):
+        monkeypatch.setenv(name, "unset")  # records the original value
+        monkeypatch.delenv(name)
     loggers = [logging.getLogger(), logging.getLogger("fieldhmc")]
     levels = [logger.level for logger in loggers]
     yield
@@ -424,6 +426,43 @@ def test_tf_log_level_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
     assert cli.main(["config-schema"]) == 0
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0"
+    assert os.environ["TF_ONEDNN_USE_SYSTEM_ALLOCATOR"] == "1"  # with -v too
+    monkeypatch.setenv("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "0")  # a user's choice stays
+    assert cli.main(["-v", "config-schema"]) == 0
+    assert os.environ["TF_ONEDNN_USE_SYSTEM_ALLOCATOR"] == "0"
+
+
+FREED_BUFFERS = """
+    from fieldhmc import cli
+    {setup}
+    import tensorflow as tf
+
+    def rss():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 1024
+
+    tf.random.normal([8]).numpy()
+    before = rss()
+    z = [tf.random.normal([16, 1024, 1024]) for _ in range(4)]  # 4 x 64 MiB
+    grown = rss() - before
+    del z
+    print(grown, rss() - before)
+"""
+
+
+def test_tf_environment_returns_freed_buffers_to_the_system() -> None:
+    """oneDNN builds keep freed buffers in a BFC pool (about 256 MiB stay resident here
+    without the CLI's environment, checked); with it, RSS falls back after the free."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_ONEDNN_USE_SYSTEM_ALLOCATOR"}
+    code = textwrap.dedent(FREED_BUFFERS.format(setup="cli.tf_environment()"))
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    grown, kept = map(float, out.stdout.split())
+    assert grown > 200  # the control: the tensors were resident
+    assert kept < 64, f"{kept:.0f} MiB of freed tensors stay resident"
 
 
 def test_logging_levels(tmp_path: Path) -> None:
