@@ -230,22 +230,27 @@ def check_forward_fn(
     if from_modes is not None:
         _check_from_modes(from_modes, delta, out, params, name, compile_check)
     if compile_check:
+        _check_compiles(lambda d: tf.reduce_sum(forward_fn(d, **params) * probe), delta, name)
 
-        def value_and_gradient(d):
-            with tf.GradientTape() as tape:
-                tape.watch(d)
-                y = tf.reduce_sum(forward_fn(d, **params) * probe)
-            return y, tape.gradient(y, d)
 
-        try:
-            tf.function(value_and_gradient, jit_compile=True)(delta)
-        except Exception as exc:  # noqa: BLE001 -- report the user's error in one line
-            message = _one_line(exc)
-            message = message if len(message) <= 300 else message[:297] + "..."
-            raise ForwardModelError(
-                f"{name} does not compile with XLA (tf.function(jit_compile=True)), as the "
-                f"sampler needs: {message}"
-            ) from None
+def _check_compiles(scalar_fn, x, label: str) -> None:
+    """``scalar_fn`` and its gradient at ``x`` compile with XLA, or a one-line error."""
+
+    def value_and_gradient(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = scalar_fn(v)
+        return y, tape.gradient(y, v)
+
+    try:
+        tf.function(value_and_gradient, jit_compile=True)(x)
+    except Exception as exc:  # noqa: BLE001 -- report the user's error in one line
+        message = _one_line(exc)
+        message = message if len(message) <= 300 else message[:297] + "..."
+        raise ForwardModelError(
+            f"{label} does not compile with XLA (tf.function(jit_compile=True)), as the "
+            f"sampler needs: {message}"
+        ) from None
 
 
 def _check_from_modes(from_modes, delta, out, params, name, compile_check) -> None:
@@ -287,22 +292,9 @@ def _check_from_modes(from_modes, delta, out, params, name, compile_check) -> No
             f"{name}.from_modes is not differentiable in the modes (gradient None or not finite)"
         )
     if compile_check:
-
-        def value_and_gradient(m):
-            with tf.GradientTape() as tape:
-                tape.watch(m)
-                y = tf.reduce_sum(from_modes(m, **params))
-            return y, tape.gradient(y, m)
-
-        try:
-            tf.function(value_and_gradient, jit_compile=True)(modes)
-        except Exception as exc:  # noqa: BLE001 -- report the user's error in one line
-            message = _one_line(exc)
-            message = message if len(message) <= 300 else message[:297] + "..."
-            raise ForwardModelError(
-                f"{name}.from_modes does not compile with XLA (tf.function(jit_compile="
-                f"True)), as the sampler needs: {message}"
-            ) from None
+        _check_compiles(
+            lambda m: tf.reduce_sum(from_modes(m, **params)), modes, f"{name}.from_modes"
+        )
 
 
 class ForwardFieldModel(FieldModel):

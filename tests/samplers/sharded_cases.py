@@ -100,12 +100,26 @@ def reproducibility(mesh, dtypes=("float64",), num_results=6, steps=3):
     return out
 
 
-def wiener_ztest(mesh, masked: bool, num_results: int):
-    """MCSE-scaled z-scores of every latent's posterior mean and variance."""
+def _wiener_z(post, mean, var) -> dict:
+    """z-scores of the draws' means and variances against the exact posterior's, an
+    MCSE-scaled chi-square over all of them (two-sided p); ``post`` ``[chains, draws, d]``."""
     from scipy import stats
 
-    from fieldhmc import models
     from fieldhmc.diagnostics import ess_bulk
+
+    z_mean = (post.mean(axis=(0, 1)) - mean) / np.sqrt(var / ess_bulk(post))
+    sq = (post - mean) ** 2
+    z_var = (sq.mean(axis=(0, 1)) - var) / (var * np.sqrt(2.0 / ess_bulk(sq)))
+    z = np.concatenate([z_mean, z_var])
+    chi2 = float(np.sum(z**2))
+    p = 2 * min(stats.chi2.sf(chi2, z.size), stats.chi2.cdf(chi2, z.size))
+    return {"p": float(p), "max_abs_z": float(np.max(np.abs(z))), "num_z": int(z.size)}
+
+
+def wiener_ztest(mesh, masked: bool, num_results: int):
+    """MCSE-scaled z-scores of every latent's posterior mean and variance."""
+
+    from fieldhmc import models
     from fieldhmc.models.sharded import ShardedGaussianTarget
 
     model, data = _problem(masked, "float64")
@@ -115,16 +129,8 @@ def wiener_ztest(mesh, masked: bool, num_results: int):
     x = target.model_latent(draws)  # [draws, chains, *grid]: the model's latent
     post = np.moveaxis(x, 0, 1).reshape(x.shape[1], x.shape[0], -1)
     mean, var = dense.mean.reshape(-1), np.diag(dense.covariance)
-    z_mean = (post.mean(axis=(0, 1)) - mean) / np.sqrt(var / ess_bulk(post))
-    sq = (post - mean) ** 2
-    z_var = (sq.mean(axis=(0, 1)) - var) / (var * np.sqrt(2.0 / ess_bulk(sq)))
-    z = np.concatenate([z_mean, z_var])
-    chi2 = float(np.sum(z**2))
-    p = 2 * min(stats.chi2.sf(chi2, z.size), stats.chi2.cdf(chi2, z.size))
     return {
-        "p": float(p),
-        "max_abs_z": float(np.max(np.abs(z))),
-        "num_z": int(z.size),
+        **_wiener_z(post, mean, var),
         "accept_rate": float(res.is_accepted.mean()),
         "seconds": secs,
     }
@@ -264,10 +270,8 @@ def driver_wiener_ztest(mesh, masked: bool, num_results: int):
     from pathlib import Path
 
     import tensorflow as tf
-    from scipy import stats
 
     from fieldhmc import models
-    from fieldhmc.diagnostics import ess_bulk
 
     model, data = _problem(masked, "float64")
     dense = models.dense_posterior(model, data)
@@ -286,16 +290,8 @@ def driver_wiener_ztest(mesh, masked: bool, num_results: int):
     keep = ~np.all(post == 0.0, axis=(0, 1))  # the k = 0 latent
     post = post[..., keep]
     mean, var = dense.mean.reshape(-1)[keep], np.diag(dense.covariance)[keep]
-    z_mean = (post.mean(axis=(0, 1)) - mean) / np.sqrt(var / ess_bulk(post))
-    sq = (post - mean) ** 2
-    z_var = (sq.mean(axis=(0, 1)) - var) / (var * np.sqrt(2.0 / ess_bulk(sq)))
-    z = np.concatenate([z_mean, z_var])
-    chi2 = float(np.sum(z**2))
-    p = 2 * min(stats.chi2.sf(chi2, z.size), stats.chi2.cdf(chi2, z.size))
     return {
-        "p": float(p),
-        "max_abs_z": float(np.max(np.abs(z))),
-        "num_z": int(z.size),
+        **_wiener_z(post, mean, var),
         "num_left_out": int((~keep).sum()),
         "accept_rate": float(traces["is_accepted"].mean()),
         "step_size": float(traces["step_size"][0, 0]),
