@@ -780,8 +780,13 @@ def plot_kbin_convergence(
     ax_e.set_ylabel("bulk ESS")
     ax_e.set_xlabel(xlabel)
     _finish_legend(ax_e, fontsize="small", loc="lower left")
-    if k_values is not None and np.all(x[np.isfinite(x)] > 0):
+    shown = x[np.isfinite(x)]
+    if k_values is not None and shown.size and np.all(shown > 0):
         ax_e.set_xscale("log")
+        # Chains that never moved (every draw rejected) give NaN R-hat and ESS in every
+        # bin, so no line sets the x limits: matplotlib's default (0, 1) cannot be
+        # log-scaled and drawing would raise. The bins' own k range always can.
+        ax_e.set_xlim(float(shown.min()) / 1.1, float(shown.max()) * 1.1)
     return fig
 
 

@@ -245,6 +245,24 @@ def test_kbin_convergence_from_diagnostics_and_json(tmp_path, rng):
     assert "bin with flagged modes" not in labelled_axes(fig)[0].get_legend_handles_labels()[1]
 
 
+def test_kbin_convergence_draws_chains_that_never_moved(tmp_path):
+    # every draw rejected: R-hat and ESS are NaN in every bin, and only the k axis is set
+    nan = [float("nan")] * 3
+    field = {
+        "kbins": {
+            "r_hat_median": nan,
+            "r_hat_max": nan,
+            "ess_bulk_min": nan,
+            "ess_bulk_median": nan,
+        },
+        "k": [0.1, 0.2, 0.3],
+        "num_chains": 2,
+    }
+    fig = plotting.plot_kbin_convergence(field)
+    save(fig, tmp_path / "kbins_stuck.png")  # drawing raised on a log axis with no data
+    assert labelled_axes(fig)[-1].get_xscale() == "log"
+
+
 def test_plotting_import_does_not_choose_backend_or_import_tensorflow():
     code = (
         "import sys, matplotlib, fieldhmc.plotting\n"
