@@ -13,7 +13,9 @@ trace/field storage, progress and TensorBoard scalars as a single-device run -- 
 replacing the driver's compiled pieces (see the "Extension" note of
 :class:`~fieldhmc.samplers.driver.Sampler`). :func:`run_sharded_hmc` is the same
 transition in a bare Python loop (benchmarks, and the reference the driver run must
-reproduce).
+reproduce). With ``kind`` ``mclmc`` or ``mams`` the sampler runs the microcanonical
+kernels and their staged tuners instead (:mod:`fieldhmc.samplers.sharded_mclmc`), with
+the same chunking and the same counter-based random numbers.
 
 **Why the chunk is a Python loop over a compiled transition.** The driver's chunk is
 one ``tf.while_loop`` under XLA. DTensor programs cannot be XLA-compiled, and a
@@ -478,8 +480,9 @@ class ShardedSampler(Sampler):
     on the mesh (:class:`_ShardedCarry`), a chunk loops over one compiled transition
     (module docs), and the log density is carried in float64, so the driver's
     re-centring offset is bookkeeping only. Checkpoints hold the gathered host
-    arrays (the state, its gradient and the field moments) and are re-sharded on
-    resume.
+    arrays (the state, its gradient, the field moments; for mclmc / mams also the
+    velocity, the host tuning state and, while the tuner still reads them, its
+    weighted moments and recorded coordinates) and are re-sharded on resume.
 
     Parameters
     ----------

@@ -55,6 +55,7 @@ from fieldhmc.samplers.sharded import (
     _global_index,
     _host,
     _replicate,
+    _seed_int,
     _splitmix64,
     _step_key,
     _uniform53,
@@ -217,6 +218,12 @@ class PhiloxDraws:
             jit_compile=True,
             autograph=False,
         )
+
+    def with_seed(self, seed) -> PhiloxDraws:
+        """The same compiled draws for another run seed (int32 ``[2]``)."""
+        other = PhiloxDraws.__new__(PhiloxDraws)
+        other.__dict__.update(self.__dict__, _seed=tf.convert_to_tensor(seed))
+        return other
 
     def _of(self, step: int, name: str) -> tf.Tensor:
         return self._seeds(self._seed, tf.constant(step, tf.int32))[name]
@@ -401,7 +408,9 @@ class ShardedMicrocanonical:
         self.num_recorded = len(range(0, self.dim, stride)[:k])
         self._vg = value_and_gradient_fn
         self._draws_template = (
-            None if random == "philox" else CounterDraws(0, self.shape, dtype, mesh)
+            PhiloxDraws(np.zeros(2, np.int32), self.shape, dtype)
+            if random == "philox"
+            else CounterDraws(0, self.shape, dtype, mesh)
         )
         self._subset_ids = self._make_subset_ids(stride)
         self._compile()
@@ -441,11 +450,9 @@ class ShardedMicrocanonical:
         def select(cond, new, old):
             return tf.where(tf.reshape(cond, [-1, 1, 1, 1]), new, old)
 
-        draws = {}  # the draws object of the chunk being run (set by start())
-        self._current_draws = draws
-
-        def normal(noise):
-            return draws["draws"].normal(noise)
+        # Normals from a chunk's noise tensor: the template's (draws of another seed
+        # share its global index; the seed is in the noise).
+        normal = self._draws_template.normal
 
         @tf.function(autograph=False)
         def unit_velocity(noise):
@@ -518,9 +525,7 @@ class ShardedMicrocanonical:
     def _draws(self, seed) -> object:
         """The draws of a run with the driver's ``seed`` (int32 ``[2]``)."""
         if self.random == "philox":
-            return PhiloxDraws(seed, self.shape, self.dtype)
-        from fieldhmc.samplers.sharded import _seed_int
-
+            return self._draws_template.with_seed(np.asarray(seed, np.int32))
         return self._draws_template.with_seed(_seed_int(np.asarray(seed)))
 
     # -- state -------------------------------------------------------------------------------
@@ -531,7 +536,6 @@ class ShardedMicrocanonical:
         zero = np.zeros((), self.dtype.as_numpy_dtype)
         if self.kind == "mclmc":
             draws = self._draws(np.zeros(2, np.int32))
-            self._current_draws["draws"] = draws
             velocity = self._unit_velocity(draws.initial_velocity())
         else:
             velocity = place(zero)
@@ -563,7 +567,6 @@ class ShardedMicrocanonical:
     def start(self, x: tf.Tensor, results: ShardedMicrocanonicalResults, seed) -> _Chain:
         """A chunk's working state from the carried results (host scalars in float64)."""
         draws = self._draws(seed)
-        self._current_draws["draws"] = draws
         tuning = dict(zip(TUNING_NAMES, (float(v) for v in _host(results.tuning)), strict=True))
         buffer = _host(results.buffer)
         mean = results.mean if results.mean.shape.rank else None
