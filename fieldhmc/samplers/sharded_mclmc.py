@@ -48,7 +48,6 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from tensorflow.experimental import dtensor
 
-from fieldhmc.ops import sharded as sharded_ops
 from fieldhmc.samplers import mclmc as mc
 from fieldhmc.samplers.sharded import (
     _base_key,
@@ -417,16 +416,20 @@ class ShardedMicrocanonical:
 
     # -- compiled pieces ---------------------------------------------------------------------
     def _make_subset_ids(self, stride: int):
-        """Segment ids picking the coordinates ``mclmc._subset`` records (others -> K)."""
-        ids = np.full(self.dim, self.num_recorded, np.int32)
-        ids[np.arange(self.num_recorded) * stride] = np.arange(self.num_recorded)
-        ids = ids.reshape(self.shape[1:])
-        if self.mesh is None:
-            return tf.constant(ids)
-        layout = dtensor.Layout(
-            [self.mesh.dim_names[0], dtensor.UNSHARDED, dtensor.UNSHARDED], self.mesh
-        )
-        return sharded_ops.shard(ids, layout)
+        """Segment ids picking the coordinates ``mclmc._subset`` records: flat index
+        ``j * stride`` -> ``j`` (``j < K``), every other cell -> ``K``. Computed on the
+        mesh from broadcast index ranges (no field-sized host array)."""
+        n0, n1, n2 = self.shape[1:]
+        k = self.num_recorded
+
+        @tf.function(autograph=False)
+        def ids(index):
+            flat = tf.squeeze(tf.cast(index, tf.int64), axis=0)
+            q = flat // stride
+            keep = (flat % stride == 0) & (q < k)
+            return tf.where(keep, tf.cast(q, tf.int32), tf.constant(k, tf.int32))
+
+        return ids(_global_index((1, n0, n1, n2), self.mesh))
 
     def _compile(self):
         b, a = mc.INTEGRATORS[self.integrator]

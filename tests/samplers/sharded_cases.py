@@ -350,7 +350,32 @@ def microcanonical_cases(mesh):
             "tuned_identical": sr["tuned"] == s4["tuned"],
         }
         out[kind] = r
+    out["subset_equal"] = _sharded_subset_equal(mesh)
     return out
+
+
+def _sharded_subset_equal(mesh) -> bool:
+    """Stage 3's coordinates picked on the mesh (segment sum) == ``mclmc._subset``."""
+    import tensorflow as tf
+
+    from fieldhmc.ops import sharded as sh
+    from fieldhmc.samplers import mclmc
+    from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonical
+
+    shape = (2, 16, 16, 16)  # stride 8
+    x = np.random.default_rng(0).standard_normal(shape)
+    kernel = ShardedMicrocanonical(
+        "mams",
+        lambda v: (tf.reduce_sum(tf.cast(v, tf.float64) ** 2, axis=[1, 2, 3]), v),
+        shape,
+        tf.float64,
+        mesh,
+        step_size=0.1,
+        trajectory_length=1.0,
+        num_adaptation_steps=10,
+    )
+    got = sh.gather(kernel._subset(sh.shard(x, sh.slab_layout(mesh))))
+    return bool(np.array_equal(got, mclmc._subset([tf.constant(x)], 512).numpy()))
 
 
 def microcanonical_unsharded_cases():

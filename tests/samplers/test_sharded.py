@@ -109,6 +109,12 @@ def test_sharded_microcanonical_on_four_devices_reproduces_one_device(results, k
         assert r["field_moments_draws"] == 16
 
 
+def test_sharded_recorded_coordinates_are_the_kernels(results):
+    """Stage 3's coordinate subset picked on 4 devices (a segment sum over slabs, stride
+    8 at 16³) is exactly ``mclmc._subset``'s."""
+    assert results["microcanonical"]["subset_equal"]
+
+
 @pytest.mark.parametrize("kind", MICRO)
 def test_sharded_microcanonical_resume_is_bit_identical(results, kind):
     """Killed in the tuner's moment stage (step 5), in its autocorrelation / final dual

@@ -65,3 +65,27 @@ def test_float64_kernel_parameters_are_not_rounded_to_float32():
     accept = np.mean(np.exp(np.minimum(r.log_accept_ratio.numpy(), 0.0)))
     # First dual-averaging step (da_t = 1): avg_error = (target - accept) / 11.
     assert float(r.tuning.avg_error) == pytest.approx((0.9 - accept) / 11.0, rel=1e-14, abs=1e-16)
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 16, 16), (3, 12, 20, 9), (2, 4, 4, 6)])
+def test_recorded_coordinates_are_the_kernels(shape):
+    """The segment sum that picks stage 3's coordinates == mclmc._subset (strides 8, 4, 1),
+    exactly (plain tensors; the 4-device case runs in sharded_cases)."""
+    from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonical
+
+    def value_and_gradient(x):
+        return tf.reduce_sum(tf.cast(x, tf.float64) ** 2, axis=[1, 2, 3]), x
+
+    x = np.random.default_rng(0).standard_normal(shape)
+    kernel = ShardedMicrocanonical(
+        "mams",
+        value_and_gradient,
+        shape,
+        tf.float64,
+        None,
+        step_size=0.1,
+        trajectory_length=1.0,
+        num_adaptation_steps=10,
+    )
+    expected = mclmc._subset([tf.constant(x)], 512).numpy()
+    np.testing.assert_array_equal(kernel._subset(tf.constant(x)).numpy(), expected)
