@@ -110,7 +110,9 @@ def test_cli_runs_the_sharded_sampler_through_the_driver(tmp_path):
     import h5py
 
     out = tmp_path / "run"
-    sets = ["grid.shape=[8,8,8]", "sampler.num_results=6", "sampler.num_burnin_steps=2"]
+    # 10 warm-up steps: after 2, dual averaging left a step size (2.13) that rejected
+    # every draw, and `fieldhmc resume` then failed plotting the all-rejected chains.
+    sets = ["grid.shape=[8,8,8]", "sampler.num_results=6", "sampler.num_burnin_steps=10"]
     sets += ["sampler.chunk_size=4", "outputs.field_thin=2"]
     proc = _fieldhmc("run", str(SHARDED), "--out", str(out), *sum((["--set", v] for v in sets), []))
     assert proc.returncode == 0, proc.stderr[-3000:]
