@@ -62,11 +62,13 @@ from fieldhmc.samplers.sharded import (
 )
 
 __all__ = [
+    "TUNING_NAMES",
     "CounterDraws",
     "PhiloxDraws",
     "ShardedMicrocanonical",
     "ShardedMicrocanonicalResults",
     "autocorrelation_time",
+    "num_integration_steps",
 ]
 
 # Counter streams (the sharded HMC uses 0 and 1).
