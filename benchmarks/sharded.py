@@ -22,7 +22,13 @@
    compiled transition (:func:`fieldhmc.samplers.sharded.run_sharded_hmc` without
    its compile), per gradient (``transitions x num_leapfrog_steps``).
 
-``--driver-only`` runs section 4 alone.
+5. **ms per gradient of sharded mclmc / mams runs** (and hmc) through the driver
+   (``ShardedSampler.run``, no warm-up, no field outputs) on plain tensors and meshes
+   of 1, 2 and 4 devices, per batched gradient evaluation (MCLMC: one minimal-norm
+   step, 2 gradients, per transition; MAMS: :math:`N` such steps, each a compiled
+   call from Python).
+
+``--driver-only`` runs section 4 alone, ``--microcanonical-only`` section 5.
 """
 
 from __future__ import annotations
@@ -242,6 +248,72 @@ def driver_timing(grids, repeats: int, transitions: int = 10, leapfrog: int = 4)
             )
 
 
+def microcanonical_timing(grids, repeats: int, transitions: int = 10) -> None:
+    """Section 5: ms per gradient of sharded mclmc / mams runs (and hmc) through the driver."""
+    import tempfile
+
+    import numpy as np
+    from _timing import median_seconds
+    from tensorflow.experimental import dtensor
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import sharded
+    from fieldhmc.samplers import MemorySink, SamplerSettings
+    from fieldhmc.samplers.sharded import ShardedSampler
+
+    sharded.make_mesh(4)
+    meshes = {"plain": None}
+    meshes.update(
+        {
+            f"P={p}": dtensor.create_mesh([("x", p)], devices=[f"CPU:{i}" for i in range(p)])
+            for p in (1, 2, 4)
+        }
+    )
+    kinds = {
+        "hmc": {"num_leapfrog_steps": 4, "step_size": 0.05},
+        "mclmc": {"step_size": 0.5, "trajectory_length": 1.0},
+        "mams": {"step_size": 0.5, "trajectory_length": 2.0},
+    }
+    print(
+        f"\n5. ms per gradient of sharded runs through the driver ({transitions} transitions,"
+        f" no warm-up, {CHAINS} chains, float32, chunks of 5, no field outputs; median of"
+        f" {repeats}, round-robin; gradients = batched value-and-gradient evaluations)"
+    )
+    print("  grid |  mesh |  hmc | mclmc | mams | mclmc / hmc | mams / hmc | mams grads/transition")
+    tmp = Path(tempfile.mkdtemp(prefix="sharded-micro-bench-"))
+    for n in grids:
+        model, data = _problem(n)
+        init = [np.random.default_rng(0).standard_normal((CHAINS, n, n, n)).astype(np.float32)]
+        for name, mesh in meshes.items():
+            target = ShardedGaussianTarget(model, data, mesh)
+            grads, fns = {}, {}
+            for kind, kw in kinds.items():
+                settings = SamplerSettings(
+                    kind=kind,
+                    num_chains=CHAINS,
+                    num_burnin_steps=0,
+                    num_results=transitions,
+                    chunk_size=5,
+                    **kw,
+                )
+                sampler = ShardedSampler(target, settings)
+                where = tmp / f"{n}-{name}-{kind}"
+                summary = sampler.run(MemorySink(), where, init, progress=False)  # compiles
+                grads[kind] = summary["sampling_batched_gradients"]
+
+                def run(sampler=sampler, where=where, init=init):
+                    sampler.run(MemorySink(), where, init, progress=False)
+
+                fns[kind] = run
+            t = median_seconds(fns, repeats=repeats, warmup=0)
+            ms = {k: 1e3 * t[k] / grads[k] for k in kinds}
+            print(
+                f"  {n:3d}³ | {name:>5} | {ms['hmc']:4.2f} | {ms['mclmc']:5.2f} |"
+                f" {ms['mams']:4.2f} | {ms['mclmc'] / ms['hmc']:11.2f} |"
+                f" {ms['mams'] / ms['hmc']:10.2f} | {grads['mams'] / transitions:21.1f}"
+            )
+
+
 def _rss_bytes() -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -336,15 +408,22 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--driver-repeats", type=int, default=3)
     parser.add_argument("--driver-only", action="store_true", help="section 4 only")
+    parser.add_argument(
+        "--microcanonical-only", action="store_true", help="section 5 (mclmc / mams) only"
+    )
     parser.add_argument("--memory-worker", type=int, nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.memory_worker:
         memory_worker(*args.memory_worker)
         return
+    if args.microcanonical_only:
+        microcanonical_timing(args.grids, args.driver_repeats)
+        return
     if not args.driver_only:
         memory(args.memory_grid)
         timing(args.grids, args.repeats)
     driver_timing(args.grids, args.driver_repeats)
+    microcanonical_timing(args.grids, args.driver_repeats)
 
 
 if __name__ == "__main__":

@@ -960,8 +960,12 @@ class DistributionConfig(BaseModel):
         return value
 
 
+SHARDED_KINDS = ("hmc", "mclmc", "mams")  # what fieldhmc.samplers.sharded runs
+
+
 def _check_distribution(config: "Config") -> None:
-    """What the sharded path supports: non-centred Gaussian, fixed hyperparameters, hmc."""
+    """What the sharded path supports: non-centred Gaussian, fixed hyperparameters, and
+    hmc, mclmc or mams with the identity preconditioner."""
     dist = config.distribution
     num = dist.mesh[0]
     n0, n1 = config.grid.shape[:2]
@@ -971,7 +975,10 @@ def _check_distribution(config: "Config") -> None:
             f"{num} devices must divide grid.shape[0] and [1] (got {n0} and {n1})",
         )
     problems = [
-        (config.sampler.kind != "hmc", f"sampler.kind=hmc (got {config.sampler.kind})"),
+        (
+            config.sampler.kind not in SHARDED_KINDS,
+            f"sampler.kind in {', '.join(SHARDED_KINDS)} (got {config.sampler.kind})",
+        ),
         (config.sampler.jitter_leapfrog, "sampler.jitter_leapfrog=false"),
         (
             config.sampler.preconditioner != "identity",

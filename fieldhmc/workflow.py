@@ -691,10 +691,21 @@ def _distribution_note(config: cfg.Config) -> dict:
             "tracked modes, running mean/variance); stored draws gathered to the host",
             "checkpoint": "state, gradient and field moments gathered to host NumPy "
             "after every chunk, re-sharded on resume",
-            "sampler": "hmc, identity metric, fixed step size and leapfrog steps "
-            "(warm-up steps are discarded, nothing adapts)",
+            "sampler": _SHARDED_SAMPLER_NOTES[config.sampler.kind],
         }
     }
+
+
+_SHARDED_SAMPLER_NOTES = {
+    "hmc": "hmc, identity metric, fixed leapfrog steps, step size adapted in warm-up by "
+    "host float64 dual averaging (fieldhmc.samplers.sharded)",
+    "mclmc": "mclmc, identity metric, step size and L tuned in warm-up by the staged tuner "
+    "of fieldhmc.samplers.mclmc, its scalar state on the host in float64 "
+    "(fieldhmc.samplers.sharded_mclmc)",
+    "mams": "mams, identity metric, step size and L tuned in warm-up by the staged tuner "
+    "of fieldhmc.samplers.mclmc, its scalar state on the host in float64 "
+    "(fieldhmc.samplers.sharded_mclmc)",
+}
 
 
 def plot(run_dir: Path) -> list[Path]:

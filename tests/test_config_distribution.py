@@ -64,12 +64,33 @@ def test_bad_distribution_is_one_config_error(change, message):
     assert "\n" not in text
 
 
-def test_distribution_needs_hmc():
-    raw = _with(sampler__kind="nuts")
-    for key in ("num_leapfrog_steps", "jitter_leapfrog"):
-        raw["sampler"].pop(key)
-    with pytest.raises(ConfigError, match="the sharded sampler needs sampler.kind=hmc"):
+def _with_kind(kind: str, **sections) -> dict:
+    raw = _with(sampler__kind=kind, **sections)
+    if kind != "hmc":
+        for key in ("num_leapfrog_steps", "jitter_leapfrog"):
+            raw["sampler"].pop(key)
+    return raw
+
+
+@pytest.mark.parametrize("kind", ["nuts", "fieldnuts", "chees"])
+def test_distribution_refuses_other_kinds(kind):
+    raw = _with_kind(kind)
+    with pytest.raises(ConfigError) as info:
         config_from_dict(raw, ROOT)
+    text = str(info.value)
+    assert "the sharded sampler needs sampler.kind in hmc, mclmc, mams" in text
+    assert "\n" not in text
+
+
+@pytest.mark.parametrize("kind", ["mclmc", "mams"])
+def test_distribution_accepts_the_microcanonical_kinds(kind):
+    """kind mclmc / mams with distribution validate (ShardedSampler runs them), with
+    their tuning options; a non-identity preconditioner is still refused."""
+    config = config_from_dict(_with_kind(kind, sampler__trajectory_length=1.5), ROOT)
+    assert config.sampler.kind == kind and config.distribution.mesh == (4,)
+    assert config.sampler.trajectory_length == 1.5
+    with pytest.raises(ConfigError, match="needs sampler.preconditioner=identity"):
+        config_from_dict(_with_kind(kind, sampler__preconditioner="prior"), ROOT)
 
 
 def _fieldhmc(*args: str) -> subprocess.CompletedProcess:
@@ -89,7 +110,9 @@ def test_cli_runs_the_sharded_sampler_through_the_driver(tmp_path):
     import h5py
 
     out = tmp_path / "run"
-    sets = ["grid.shape=[8,8,8]", "sampler.num_results=6", "sampler.num_burnin_steps=2"]
+    # 10 warm-up steps: after 2, dual averaging left a step size (2.13) that rejected
+    # every draw, and `fieldhmc resume` then failed plotting the all-rejected chains.
+    sets = ["grid.shape=[8,8,8]", "sampler.num_results=6", "sampler.num_burnin_steps=10"]
     sets += ["sampler.chunk_size=4", "outputs.field_thin=2"]
     proc = _fieldhmc("run", str(SHARDED), "--out", str(out), *sum((["--set", v] for v in sets), []))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -105,6 +128,41 @@ def test_cli_runs_the_sharded_sampler_through_the_driver(tmp_path):
     with h5py.File(out / "fields.h5", "r") as f:
         assert f["draws"].shape == (3, 4, 8, 8, 8)
         assert np.all(np.isfinite(f["mean"][()]))
+    proc = _fieldhmc("resume", str(out), "--num-results", "10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with h5py.File(out / "traces.h5", "r") as f:
+        assert f["lp"].shape == (10, 4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["mclmc", "mams"])
+def test_cli_runs_sharded_microcanonical_kinds(tmp_path, kind):
+    """``fieldhmc run`` with distribution and kind mclmc / mams (8³, 4 virtual CPUs):
+    the usual run directory, the tuned step size and L in samples.nc's attributes, and
+    ``fieldhmc resume --num-results`` extends it."""
+    import h5py
+    import yaml
+
+    raw = _with_kind(kind)
+    raw["grid"]["shape"] = [8, 8, 8]
+    raw["sampler"].update(num_results=6, num_burnin_steps=10, chunk_size=4)
+    raw["outputs"] = {"directory": str(tmp_path / "unused"), "field_thin": 2}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "run"
+    proc = _fieldhmc("run", str(path), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("traces.h5", "fields.h5", "samples.nc", "power.nc", "report.txt"):
+        assert (out / name).exists(), name
+    summary = json.loads((out / "summary.json").read_text())
+    meta = summary["metadata"]
+    assert meta["distribution"]["mesh"] == [4]
+    assert meta["distribution"]["sampler"].startswith(kind)
+    tuned = meta["tuning"]["tuned"]
+    assert tuned["dimension"] == 512 and tuned["step_size"] != raw["sampler"]["step_size"]
+    with h5py.File(out / "traces.h5", "r") as f:
+        assert f["lp"].shape == (6, 4)
+        assert np.all(np.isfinite(f["energy_error"][()]))
     proc = _fieldhmc("resume", str(out), "--num-results", "10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     with h5py.File(out / "traces.h5", "r") as f:

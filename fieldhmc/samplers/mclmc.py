@@ -464,7 +464,7 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         dim = _dimension(x)
         u = _unit_vector(x, tf.constant([0, 0], tf.int32))
         zero = tf.zeros([], dtype)
-        eps = tf.cast(self._parameters["step_size"], dtype)
+        eps = _as_dtype(self._parameters["step_size"], dtype)
         k = min(dim, _ESS_COORDINATES)
         n3 = self._buffer_steps()
         tuning = MicrocanonicalTuning(
@@ -486,7 +486,7 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
             grads_target_log_prob=g,
             velocity=u,
             step_size=eps,
-            trajectory_length=tf.cast(self._parameters["trajectory_length"], dtype),
+            trajectory_length=_as_dtype(self._parameters["trajectory_length"], dtype),
             energy_change=tf.zeros_like(lp),
             log_accept_ratio=tf.zeros_like(lp),
             is_accepted=tf.ones([chains], tf.bool),
@@ -684,7 +684,7 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         count = tf.where(restart, tf.zeros_like(tuning.da_step), tuning.da_step) + 1.0
         done = in3 & (((t - end2 + 1) % window == 0) | (t == end3 - 1))
         measured = total / count
-        desired = tf.cast(self._parameters["desired_energy_var"], dtype)
+        desired = _as_dtype(self._parameters["desired_energy_var"], dtype)
         # Within 2x (the health check's threshold) is a near miss of a noisy estimate.
         shrink = tf.where(
             measured > 2.0 * desired, (desired / measured) ** (1.0 / 6.0), tf.ones([], dtype)
@@ -776,7 +776,7 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         eps, big_l, tuning = r.step_size, r.trajectory_length, r.tuning
         dtype = eps.dtype
         end1, end2, end3, end4 = self.stage_ends
-        target = tf.cast(self._parameters["target_accept_prob"], dtype)
+        target = _as_dtype(self._parameters["target_accept_prob"], dtype)
         # Dual averaging (Hoffman & Gelman 2014; BlackJAX t0=10, gamma=0.05, kappa=0.75).
         da_t = tuning.da_step
         acc = tf.reduce_mean(tf.where(finite, accept_prob, tf.zeros_like(accept_prob)))
@@ -843,6 +843,15 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
             mu=tf.math.log(10.0 * eps_new),
         )
         return eps_new, l_new, tuning
+
+
+def _as_dtype(value, dtype: tf.DType) -> tf.Tensor:
+    """``value`` as a ``dtype`` tensor; a Python float directly (``tf.cast(0.9, tf.float64)``
+    goes through float32 and gives 0.89999998, which moved float64 runs' dual-averaging
+    target, bias tolerance and initial ``L`` by ~1e-8)."""
+    if tf.is_tensor(value):
+        return tf.cast(value, dtype)
+    return tf.constant(value, dtype)
 
 
 def _replace_if(cond, tuning: MicrocanonicalTuning, **values) -> MicrocanonicalTuning:

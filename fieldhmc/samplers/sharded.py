@@ -13,7 +13,9 @@ trace/field storage, progress and TensorBoard scalars as a single-device run -- 
 replacing the driver's compiled pieces (see the "Extension" note of
 :class:`~fieldhmc.samplers.driver.Sampler`). :func:`run_sharded_hmc` is the same
 transition in a bare Python loop (benchmarks, and the reference the driver run must
-reproduce).
+reproduce). With ``kind`` ``mclmc`` or ``mams`` the sampler runs the microcanonical
+kernels and their staged tuners instead (:mod:`fieldhmc.samplers.sharded_mclmc`), with
+the same chunking and the same counter-based random numbers.
 
 **Why the chunk is a Python loop over a compiled transition.** The driver's chunk is
 one ``tf.while_loop`` under XLA. DTensor programs cannot be XLA-compiled, and a
@@ -52,13 +54,20 @@ from tensorflow.experimental import dtensor
 
 from fieldhmc.ops import sharded
 from fieldhmc.samplers.driver import (
+    STAT_NAMES,
     Sampler,
     SamplerSettings,
     _RunState,
     _welford_update,
     _zero_welford,
+    field_stats_every,
+    tuned_parameters,
 )
-from fieldhmc.samplers.kernels import MAX_ENERGY_ERROR, default_target_accept_prob
+from fieldhmc.samplers.kernels import (
+    MAX_ENERGY_ERROR,
+    MICROCANONICAL_KINDS,
+    default_target_accept_prob,
+)
 
 __all__ = [
     "ShardedFieldOutputs",
@@ -463,7 +472,7 @@ def _seed_int(seed) -> int:
 
 
 class ShardedSampler(Sampler):
-    """The chunked driver running :func:`make_hmc_transition` on a sharded field.
+    """The chunked driver running HMC, MCLMC or MAMS on a sharded field.
 
     :meth:`~fieldhmc.samplers.driver.Sampler.run` is the driver's own (chunks,
     checkpoint after every chunk, resume, trace and field sinks, progress,
@@ -471,8 +480,9 @@ class ShardedSampler(Sampler):
     on the mesh (:class:`_ShardedCarry`), a chunk loops over one compiled transition
     (module docs), and the log density is carried in float64, so the driver's
     re-centring offset is bookkeeping only. Checkpoints hold the gathered host
-    arrays (the state, its gradient and the field moments) and are re-sharded on
-    resume.
+    arrays (the state, its gradient, the field moments; for mclmc / mams also the
+    velocity, the host tuning state and, while the tuner still reads them, its
+    weighted moments and recorded coordinates) and are re-sharded on resume.
 
     Parameters
     ----------
@@ -480,12 +490,21 @@ class ShardedSampler(Sampler):
         The log density on the mesh (or on plain tensors, ``target.mesh = None``:
         the single-device reference).
     settings : SamplerSettings
-        ``kind="hmc"``, no jitter, no diagonal adaptation. The step size adapts
-        during warm-up by dual averaging toward ``target_accept_prob`` (as the
-        single-device ``hmc``; :func:`dual_averaging_update`); ``num_leapfrog_steps``
-        is fixed.
+        ``kind`` ``"hmc"``, ``"mclmc"`` or ``"mams"``; no jitter, no diagonal
+        adaptation. ``hmc``: :func:`make_hmc_transition`, the step size adapted during
+        warm-up by dual averaging toward ``target_accept_prob`` (as the single-device
+        ``hmc``; :func:`dual_averaging_update`), ``num_leapfrog_steps`` fixed.
+        ``mclmc`` / ``mams``: :class:`fieldhmc.samplers.sharded_mclmc.ShardedMicrocanonical`,
+        the kernels of :mod:`fieldhmc.samplers.mclmc` with their staged tuners (step
+        size and ``L``) during warm-up; ``step_size``, ``trajectory_length``,
+        ``integrator``, ``desired_energy_var`` and ``target_accept_prob`` as there.
     field_outputs : ShardedFieldOutputs, optional
         Per-draw power, tracked modes, field moments and stored draws of delta.
+    random : {"counter", "philox"}
+        ``mclmc`` / ``mams`` only: mesh-invariant counter-based draws (the default), or
+        the unsharded kernels' own draws (plain tensors, ``target.mesh = None``: then
+        the run reproduces the unsharded driver's ``mclmc`` / ``mams`` on the same
+        target).
     """
 
     def __init__(
@@ -493,9 +512,11 @@ class ShardedSampler(Sampler):
         target,
         settings: SamplerSettings,
         field_outputs: ShardedFieldOutputs | None = None,
+        random: str = "counter",
     ):
+        kinds = ("hmc", *MICROCANONICAL_KINDS)
         problems = [
-            (settings.kind != "hmc", f"kind='hmc' (got {settings.kind!r})"),
+            (settings.kind not in kinds, f"kind in {kinds} (got {settings.kind!r})"),
             (settings.jitter_leapfrog, "jitter_leapfrog=False"),
             (settings.step_size_jitter != 0.0, "step_size_jitter=0"),
             (settings.adapt_diagonal, "adapt_diagonal=False"),
@@ -510,19 +531,43 @@ class ShardedSampler(Sampler):
         self.mesh = target.mesh
         self._shape = (settings.num_chains, *target.grid_shape)
         self._value_and_gradient = tf.function(target.value_and_gradient, autograph=False)
-        self._one_step = make_hmc_transition(
-            target.value_and_gradient,
-            self._shape,
-            dtype,
-            num_leapfrog_steps=settings.num_leapfrog_steps,
-            mesh=self.mesh,
-        )
-        self._field_stats = None if field_outputs is None else self._make_field_stats()
+        self._micro = None
+        if settings.kind in MICROCANONICAL_KINDS:
+            from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonical
+
+            self._micro = ShardedMicrocanonical(
+                settings.kind,
+                target.value_and_gradient,
+                self._shape,
+                dtype,
+                self.mesh,
+                step_size=settings.step_size,
+                trajectory_length=settings.trajectory_length,
+                num_adaptation_steps=settings.num_burnin_steps,
+                integrator=settings.integrator,
+                desired_energy_var=settings.desired_energy_var,
+                target_accept_prob=settings.target_accept_prob
+                or default_target_accept_prob(settings.kind),
+                random=random,
+            )
+        else:
+            if random != "counter":
+                raise ValueError("random='philox' applies to kind mclmc / mams only")
+            self._one_step = make_hmc_transition(
+                target.value_and_gradient,
+                self._shape,
+                dtype,
+                num_leapfrog_steps=settings.num_leapfrog_steps,
+                mesh=self.mesh,
+            )
+        self._field_values = self._field_moments = None
+        if field_outputs is not None:
+            self._field_values, self._field_moments = self._make_field_stats()
         # The driver's compiled pieces, replaced (Sampler's "Extension" note).
         self._carry = _ShardedCarry(self.mesh, target.grid_shape)
         self._lp64 = self._carried_log_prob
         self._bootstrap = self._results_template
-        self._chunk = self._run_chunk
+        self._chunk = self._run_chunk if self._micro is None else self._run_microcanonical_chunk
 
     # -- what Sampler.run calls ------------------------------------------------------------
     def _carried_log_prob(self, x_parts) -> tf.Tensor:
@@ -530,9 +575,13 @@ class ShardedSampler(Sampler):
         del x_parts
         return self._carry.read("results").target_log_prob
 
-    def _results_template(self, *args) -> ShardedHMCResults:
+    def _results_template(self, *args):
         """The results' structure (for packing a checkpoint's arrays)."""
         del args
+        if self._micro is not None:
+            from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonicalResults
+
+            return ShardedMicrocanonicalResults(*[0] * len(ShardedMicrocanonicalResults._fields))
         return ShardedHMCResults(0, 0, 0, 0, 0)
 
     def _scales_tensors(self, scales, dtype):
@@ -550,22 +599,20 @@ class ShardedSampler(Sampler):
         reference = _host(lp)
         if not np.all(np.isfinite(reference)):
             raise ValueError("the log density is not finite at the initial state")
-        step_size = np.asarray(self.settings.step_size, np.float64)
         fw = _zero_welford([self.target.grid_shape] if self.field_outputs else [()])
-        zero = np.zeros((), np.float64)
-        self._carry.load(
-            x=[xt],
-            results=ShardedHMCResults(lp, grad, step_size, zero, zero),
-            fw=fw,
-            lw=_zero_welford([]),
-        )
+        if self._micro is not None:
+            results = self._micro.bootstrap(xt, lp, grad, self._carry.place)
+        else:
+            zero = np.zeros((), np.float64)
+            step_size = np.asarray(self.settings.step_size, np.float64)
+            results = ShardedHMCResults(lp, grad, step_size, zero, zero)
+        self._carry.load(x=[xt], results=results, fw=fw, lw=_zero_welford([]))
         return _RunState(step=0, scales=[np.ones((), x.dtype)], reference=reference)
 
     def _run_chunk(self, scales, reference, delta, seed, start, num_steps):
         """``num_steps`` transitions from the carried state (as the driver's chunk)."""
         del scales, reference, delta  # identity metric; the log density is float64
         s = self.settings
-        fo = self.field_outputs
         key = _seed_int(seed.numpy())
         bases = _base_key(key, 0), _base_key(key, 1)
         carry = self._carry
@@ -585,10 +632,7 @@ class ShardedSampler(Sampler):
         chains = s.num_chains
         names = ("lp", "energy", "energy_error", "is_accepted", "step_size")
         out = {name: [] for name in names}
-        field_names = []
-        if fo is not None:
-            field_names = ["power"] + (["tracked_real", "tracked_imag"] if _has(fo) else [])
-        stats = {name: [] for name in field_names}
+        stats = {name: [] for name in self._field_names()}
         fields = []
         first = int(start.numpy())
         for i in range(int(num_steps.numpy())):
@@ -604,17 +648,7 @@ class ShardedSampler(Sampler):
             eps, error_sum, log_avg = dual_averaging_update(
                 step, accept_prob, eps, error_sum, log_avg, **adapt
             )
-            if fo is None:
-                continue
-            if step >= s.num_burnin_steps:
-                delta, values, fw = self._field_stats(x, fw)
-                if fo.store_fields and (step - s.num_burnin_steps) % s.field_thin == 0:
-                    fields.append(_host(delta))
-                values = [_host(v) for v in values]
-            else:
-                values = [np.zeros(self._field_stat_shapes[n], np.float64) for n in field_names]
-            for name, value in zip(field_names, values, strict=True):
-                stats[name].append(value)
+            fw = self._field_step(x, fw, step, stats, fields)
         carry.assign("x", [x])
         hyper = [np.asarray(v, np.float64) for v in (eps, error_sum, log_avg)]
         carry.assign("results", ShardedHMCResults(lp, grad, *map(carry.place, hyper)))
@@ -632,13 +666,84 @@ class ShardedSampler(Sampler):
             "tree_depth": np.zeros((n, chains), np.int32),
             "energy_error": ee,
         }
+        return self._chunk_outputs(bufs, stats, fields)
+
+    def _run_microcanonical_chunk(self, scales, reference, delta, seed, start, num_steps):
+        """``num_steps`` MCLMC / MAMS transitions from the carried state (as the driver's
+        chunk): the tuner runs on the host between the compiled transitions."""
+        del scales, reference, delta  # identity metric; the log density is float64
+        carry = self._carry
+        (x,) = carry.read("x")
+        chain = self._micro.start(x, carry.read("results"), seed.numpy())
+        fw = carry.read("fw")
+        out = {name: [] for name in STAT_NAMES}
+        stats = {name: [] for name in self._field_names()}
+        fields = []
+        first = int(start.numpy())
+        for i in range(int(num_steps.numpy())):
+            step = first + i
+            values = self._micro.one_step(chain, step)
+            for name in STAT_NAMES:
+                out[name].append(values[name])
+            fw = self._field_step(chain.x, fw, step, stats, fields)
+        carry.assign("x", [chain.x])
+        carry.assign("results", self._micro.results(chain, carry.place))
+        carry.assign("fw", fw)
+        bufs = {name: np.stack(v) for name, v in out.items()}
+        return self._chunk_outputs(bufs, stats, fields)
+
+    def _field_names(self) -> list[str]:
+        fo = self.field_outputs
+        if fo is None:
+            return []
+        return ["power"] + (["tracked_real", "tracked_imag"] if _has(fo) else [])
+
+    def _field_step(self, x, fw, step: int, stats: dict, fields: list):
+        """The field outputs of one transition, as the driver's chunk computes them:
+        P(k) and tracked modes on traced draws (every ``thin``-th after warm-up, zeros
+        otherwise), the running moments every :func:`field_stats_every`-th, a stored
+        draw of delta every ``field_thin``-th. Appends to ``stats`` / ``fields``;
+        returns the moments."""
+        fo, s = self.field_outputs, self.settings
+        if fo is None:
+            return fw
+        names = self._field_names()
+        after = step - s.num_burnin_steps
+        is_trace = after >= 0 and after % s.thin == 0
+        is_moment = after >= 0 and after % field_stats_every(s) == 0
+        keep = after >= 0 and fo.store_fields and after % s.field_thin == 0
+        values = [np.zeros(self._field_stat_shapes[n], np.float64) for n in names]
+        if is_trace or is_moment or keep:
+            delta, computed = self._field_values(x)
+            if is_moment:
+                fw = self._field_moments(fw, delta)
+            if is_trace:
+                values = [_host(v) for v in computed]
+            if keep:
+                fields.append(_host(delta))
+        for name, value in zip(names, values, strict=True):
+            stats[name].append(value)
+        return fw
+
+    def _chunk_outputs(self, bufs: dict, stats: dict, fields: list):
+        bufs = dict(bufs)
         bufs.update({name: np.stack(v) for name, v in stats.items()})
+        dtype = self.target.dtype
         field_buf = np.stack(fields) if fields else np.zeros([1], dtype.as_numpy_dtype)
         return (
             {name: tf.constant(v) for name, v in bufs.items()},
             tf.constant(field_buf),
             tf.constant(len(fields)),
         )
+
+    def _summary(self, rs: _RunState) -> dict:
+        summary = super()._summary(rs)
+        if self._micro is not None:  # the tuned step size and L per sqrt(d) of the field
+            ones = np.broadcast_to(np.ones((), self.target.dtype.as_numpy_dtype), self._shape[1:])
+            summary["tuned"] = tuned_parameters(
+                self.settings.kind, self._carry.numpy("results"), [ones]
+            )
+        return summary
 
     # -- field statistics on the mesh ------------------------------------------------------
     def _make_field_stats(self):
@@ -682,7 +787,7 @@ class ShardedSampler(Sampler):
             return sharded.rfft3d(delta, mesh)
 
         @tf.function(autograph=False)
-        def field_stats(x, fw):
+        def field_values(x):
             delta = target.delta(x)
             modes = rfft(delta)  # [c, n0, n1, m]
             power2 = (tf.math.real(modes) ** 2 + tf.math.imag(modes) ** 2) * weights
@@ -697,10 +802,13 @@ class ShardedSampler(Sampler):
                     tf.transpose(tf.cast(tf.math.real(picked), tf.float64)),
                     tf.transpose(tf.cast(tf.math.imag(picked), tf.float64)),
                 ]
-            fw = _welford_update(fw, [tf.cast(delta, tf.float64)])
-            return delta, values, fw
+            return delta, values
 
-        return field_stats
+        @tf.function(autograph=False)
+        def field_moments(fw, delta):
+            return _welford_update(fw, [tf.cast(delta, tf.float64)])
+
+        return field_values, field_moments
 
 
 def _acceptance(energy_error: np.ndarray) -> np.ndarray:

@@ -257,30 +257,178 @@ def driver_cases(mesh):
     return out
 
 
-def driver_wiener_ztest(mesh, masked: bool, num_results: int):
-    """MCSE-scaled z-scores of the posterior mean and variance of every model latent,
-    from the driver-run 4-device chain's stored draws of delta (field_thin 1), vs the
-    dense posterior.
+def _micro_settings(kind, num_burnin=12, num_results=4, chunk_size=5, seed=5, **kw):
+    from fieldhmc.samplers import SamplerSettings
 
-    The model's latent is :math:`x = \\mathrm{unpack}(\\mathrm{rfft}(\\delta)/\\sqrt{s})`
-    (:meth:`ShardedGaussianTarget.model_latent` of xi); the k = 0 mode (s = 0: delta
-    does not see it) is left out.
+    return SamplerSettings(
+        kind=kind,
+        num_chains=4,
+        num_burnin_steps=num_burnin,
+        num_results=num_results,
+        step_size=0.3,
+        trajectory_length=1.0,
+        chunk_size=chunk_size,
+        seed=seed,
+        **kw,
+    )
+
+
+def _memory_run(sampler, init):
+    import tempfile
+    from pathlib import Path
+
+    from fieldhmc.samplers import MemorySink
+
+    sink = MemorySink()
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = sampler.run(sink, Path(tmp), init, progress=False)
+    return summary, sink.stacked_traces()
+
+
+def _max_rel(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    scale = np.maximum(np.abs(b), 1e-300)
+    return float(np.nanmax(np.abs(a - b) / scale)) if a.size else 0.0
+
+
+def microcanonical_cases(mesh):
+    """Sharded mclmc / mams through the driver, 12 tuning steps (every stage) + 4 draws:
+
+    * ``repro``: 4 devices vs 1 (plain tensors), counter draws, with field outputs;
+    * ``resume``: killed at steps 5 (stage 2) and 10 (stage 3 / 4), and in sampling
+      (15), resumed from the gathered checkpoint each time.
     """
     import tempfile
     from pathlib import Path
 
+    model, data = _problem(True, "float64")
+    init = [np.random.default_rng(5).standard_normal((4, *GRID))]
+    out = {}
+    for kind in ("mclmc", "mams"):
+        settings = _micro_settings(kind, field_thin=2)
+        r = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            t0 = time.perf_counter()
+            s1, t1, f1, _ = _driver_run(_driver(model, data, None, settings), tmp / "one", init)
+            four = _driver(model, data, mesh, settings)
+            s4, t4, f4, _ = _driver_run(four, tmp / "four", init)
+            r["seconds_repro"] = time.perf_counter() - t0
+            d = tmp / "resumed"
+            steps = [int(_driver_run(four, d, init, max_chunks=1)[0]["step"])]
+            steps.append(int(_driver_run(four, d, resume=True, max_chunks=1)[0]["step"]))
+            steps.append(int(_driver_run(four, d, resume=True, max_chunks=2)[0]["step"]))
+            sr, tr, fr, _ = _driver_run(four, d, resume=True)
+        scale = float(np.max(np.abs(s1["latent_state"][0])))
+        r["repro"] = {
+            "names": sorted(t4),
+            "num_draws": int(t4["lp"].shape[0]),
+            "num_fields": int(f4["draws"].shape[0]),
+            "same_accepts": bool(np.array_equal(t1["is_accepted"], t4["is_accepted"])),
+            "same_n_steps": bool(np.array_equal(t1["n_steps"], t4["n_steps"])),
+            "accept_rate": float(t1["is_accepted"].mean()),
+            "n_steps": [int(v) for v in t1["n_steps"][:, 0]],
+            "max_state_diff": float(np.max(np.abs(s1["latent_state"][0] - s4["latent_state"][0]))),
+            "state_scale": scale,
+            "max_lp_diff": float(np.max(np.abs(t1["lp"] - t4["lp"]))),
+            "max_energy_error_diff": float(np.max(np.abs(t1["energy_error"] - t4["energy_error"]))),
+            "max_power_rel": _max_rel(t4["power"], t1["power"]),
+            "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
+            "max_mean_diff": float(np.max(np.abs(s1["field_mean"] - s4["field_mean"]))),
+            "field_moments_draws": int(s4["field_moments_draws"]),
+            "tuned_1": s1["tuned"],
+            "tuned_4": s4["tuned"],
+            "step_size_rel": _max_rel(t4["step_size"], t1["step_size"]),
+        }
+        r["resume"] = {
+            "interrupted_steps": steps,
+            "complete": bool(sr["complete"]),
+            "traces_identical": sorted(tr) == sorted(t4)
+            and all(np.array_equal(t4[k], tr[k], equal_nan=True) for k in t4),
+            "fields_identical": all(np.array_equal(f4[k], fr[k]) for k in f4),
+            "state_identical": bool(np.array_equal(s4["latent_state"][0], sr["latent_state"][0])),
+            "tuned_identical": sr["tuned"] == s4["tuned"],
+        }
+        out[kind] = r
+    out["subset_equal"] = _sharded_subset_equal(mesh)
+    return out
+
+
+def _sharded_subset_equal(mesh) -> bool:
+    """Stage 3's coordinates picked on the mesh (segment sum) == ``mclmc._subset``."""
     import tensorflow as tf
 
-    from fieldhmc import models
+    from fieldhmc.ops import sharded as sh
+    from fieldhmc.samplers import mclmc
+    from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonical
 
-    model, data = _problem(masked, "float64")
-    dense = models.dense_posterior(model, data)
-    settings = _settings(50, num_results, 50, 5, 0.3, 11)
-    init = [np.random.default_rng(11).standard_normal((4, *GRID))]
-    with tempfile.TemporaryDirectory() as tmp:
-        summary, traces, fields, secs = _driver_run(
-            _driver(model, data, mesh, settings), Path(tmp), init
-        )
+    shape = (2, 16, 16, 16)  # stride 8
+    x = np.random.default_rng(0).standard_normal(shape)
+    kernel = ShardedMicrocanonical(
+        "mams",
+        lambda v: (tf.reduce_sum(tf.cast(v, tf.float64) ** 2, axis=[1, 2, 3]), v),
+        shape,
+        tf.float64,
+        mesh,
+        step_size=0.1,
+        trajectory_length=1.0,
+        num_adaptation_steps=10,
+    )
+    got = sh.gather(kernel._subset(sh.shard(x, sh.slab_layout(mesh))))
+    return bool(np.array_equal(got, mclmc._subset([tf.constant(x)], 512).numpy()))
+
+
+def microcanonical_unsharded_cases():
+    """Plain tensors with the unsharded kernels' Philox draws (``random="philox"``) vs the
+    unsharded driver running ``fieldhmc.samplers.mclmc`` on the same target: the same
+    algorithm, tuning included (12 tuning steps + 4 draws, float64)."""
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.samplers import Sampler
+    from fieldhmc.samplers.sharded import ShardedSampler
+
+    model, data = _problem(True, "float64")
+    init = [np.random.default_rng(5).standard_normal((4, *GRID))]
+    out = {}
+    for kind in ("mclmc", "mams"):
+        settings = _micro_settings(kind, field_thin=2)
+        # The same algorithm as the unsharded kernel: its own draws, on one device.
+        target = ShardedGaussianTarget(model, data, None)
+        t0 = time.perf_counter()
+        sp, tp = _memory_run(ShardedSampler(target, settings, random="philox"), init)
+        su, tu = _memory_run(Sampler(target, settings, ("field",), [np.ones(GRID)]), init)
+        r = {
+            "seconds": time.perf_counter() - t0,
+            "same_accepts": bool(np.array_equal(tp["is_accepted"], tu["is_accepted"])),
+            "same_n_steps": bool(np.array_equal(tp["n_steps"], tu["n_steps"])),
+            "max_state_diff": float(np.max(np.abs(sp["latent_state"][0] - su["latent_state"][0]))),
+            "state_scale": float(np.max(np.abs(su["latent_state"][0]))),
+            "max_lp_diff": float(np.max(np.abs(tp["lp"] - tu["lp"]))),
+            "max_energy_error_diff": float(np.max(np.abs(tp["energy_error"] - tu["energy_error"]))),
+            "step_size_rel": _max_rel(tp["step_size"], tu["step_size"]),
+            "tuned_rel": {
+                k: _max_rel(sp["tuned"][k], su["tuned"][k])
+                for k in ("step_size", "trajectory_length")
+            },
+            "tuned": su["tuned"],
+            "initial": {"step_size": 0.3, "trajectory_length": 1.0},
+        }
+        if kind == "mams":
+            r["max_accept_rate_diff"] = float(
+                np.max(np.abs(tp["acceptance_rate"] - tu["acceptance_rate"]))
+            )
+        out[kind] = r
+    return out
+
+
+def _latent_posterior(model, fields, num_results):
+    """The model's latents ``[chains, draws, d']`` of stored draws of delta, and the mask
+    of the d' latents kept (the k = 0 mode, which delta does not see, is left out).
+
+    The model's latent is :math:`x = \\mathrm{unpack}(\\mathrm{rfft}(\\delta)/\\sqrt{s})`
+    (:meth:`ShardedGaussianTarget.model_latent` of xi).
+    """
+    import tensorflow as tf
+
     sqrt_s = np.sqrt(model.signal_variance_np())
     seen = sqrt_s > 0
     modes = np.fft.rfftn(fields["draws"], axes=(-3, -2, -1), norm="ortho")
@@ -288,14 +436,68 @@ def driver_wiener_ztest(mesh, masked: bool, num_results: int):
     x = model.packing.real_from_modes(tf.constant(modes)).numpy()  # [draw, chain, *grid]
     post = np.moveaxis(x, 0, 1).reshape(4, num_results, -1)
     keep = ~np.all(post == 0.0, axis=(0, 1))  # the k = 0 latent
-    post = post[..., keep]
+    return post[..., keep], keep
+
+
+def _driver_draws(mesh, masked: bool, settings):
+    import tempfile
+    from pathlib import Path
+
+    from fieldhmc import models
+
+    model, data = _problem(masked, "float64")
+    dense = models.dense_posterior(model, data)
+    init = [np.random.default_rng(settings.seed).standard_normal((4, *GRID))]
+    with tempfile.TemporaryDirectory() as tmp:
+        summary, traces, fields, secs = _driver_run(
+            _driver(model, data, mesh, settings), Path(tmp), init
+        )
+    post, keep = _latent_posterior(model, fields, settings.num_results)
     mean, var = dense.mean.reshape(-1)[keep], np.diag(dense.covariance)[keep]
-    return {
-        **_wiener_z(post, mean, var),
+    info = {
         "num_left_out": int((~keep).sum()),
-        "accept_rate": float(traces["is_accepted"].mean()),
+        "accept_rate": float(np.nanmean(traces["acceptance_rate"]))
+        if np.isfinite(traces["acceptance_rate"]).any()
+        else None,
         "step_size": float(traces["step_size"][0, 0]),
+        "tuned": summary["tuned"],
+        "gradients_per_transition": float(traces["n_steps"].mean()),
         "seconds": secs,
+    }
+    return post, mean, var, info
+
+
+def driver_wiener_ztest(mesh, masked: bool, num_results: int, kind: str = "hmc"):
+    """MCSE-scaled z-scores of the posterior mean and variance of every model latent,
+    from the driver-run 4-device chain's stored draws of delta (field_thin 1), vs the
+    dense posterior (hmc: 50 warm-up steps, mams: 200 tuning steps)."""
+    if kind == "hmc":
+        settings = _settings(50, num_results, 50, 5, 0.3, 11)
+    else:
+        settings = _micro_settings(kind, 200, num_results, 100, seed=11, field_thin=1)
+    post, mean, var, info = _driver_draws(mesh, masked, settings)
+    return {**_wiener_z(post, mean, var), **info}
+
+
+def driver_mclmc_bias(mesh, masked: bool, desired_energy_var: float, num_results: int = 2000):
+    """Squared bias of the posterior variances under the sharded, tuned MCLMC (4 devices,
+    identity metric on xi), MC noise removed, as ``tests/samplers/test_posterior.py``'s
+    ``mclmc_bias`` measures it (arXiv:2412.08876): ``b2``, its standard error, the mean
+    relative variance error."""
+    from fieldhmc.diagnostics import ess_bulk
+
+    settings = _micro_settings(
+        "mclmc", 200, num_results, 500, seed=11, desired_energy_var=desired_energy_var, field_thin=1
+    )
+    post, mean, var, info = _driver_draws(mesh, masked, settings)
+    sq = (post - mean) ** 2
+    rel = sq.mean(axis=(0, 1)) / var - 1.0
+    terms = 0.5 * rel**2 - 1.0 / ess_bulk(sq)
+    return {
+        "b2": float(np.mean(terms)),
+        "se": float(np.std(terms) / np.sqrt(terms.size)),
+        "rel": float(rel.mean()),
+        **info,
     }
 
 
@@ -304,10 +506,20 @@ def results(slow: bool) -> dict:
 
     mesh = sh.make_mesh(4)
     if slow:
-        results = {m: driver_wiener_ztest(mesh, m == "masked", 400) for m in ("unmasked", "masked")}
+        masks = ("unmasked", "masked")
+        results = {m: driver_wiener_ztest(mesh, m == "masked", 400) for m in masks}
         results["repro"] = reproducibility(mesh, ("float64", "float32"), 30, 5)
+        results["mams"] = {m: driver_wiener_ztest(mesh, m == "masked", 400, "mams") for m in masks}
+        results["mclmc_bias"] = {
+            str(tol): driver_mclmc_bias(mesh, False, tol) for tol in (1e-2, 1e-3)
+        }
+        results["microcanonical_unsharded"] = microcanonical_unsharded_cases()
     else:
-        results = {"target": target_cases(mesh), "driver": driver_cases(mesh)}
+        results = {
+            "target": target_cases(mesh),
+            "driver": driver_cases(mesh),
+            "microcanonical": microcanonical_cases(mesh),
+        }
     return results
 
 

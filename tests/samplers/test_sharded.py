@@ -1,4 +1,5 @@
-"""The Gaussian model's target and HMC (bare and driver-run) sharded over 4 virtual CPUs.
+"""The Gaussian model's target, HMC (bare and driver-run), MCLMC and MAMS sharded over 4
+virtual CPUs.
 
 Computations run in a subprocess (``tests/samplers/sharded_cases.py``) that makes
 the virtual devices before TensorFlow initialises; these tests assert its results.
@@ -70,6 +71,107 @@ def test_sharded_driver_resume_is_bit_identical(results):
     assert r["traces_identical"]
     assert r["fields_identical"]
     assert r["state_identical"]
+
+
+MICRO = ["mclmc", "mams"]
+_TUNED = ("step_size", "trajectory_length")
+
+
+@pytest.mark.parametrize("kind", MICRO)
+def test_sharded_microcanonical_on_four_devices_reproduces_one_device(results, kind):
+    """ShardedSampler running mclmc / mams (12 tuning steps through every stage of the
+    tuner, then 4 draws) on 4 devices == on plain tensors of one device, float64: the
+    per-step traces, the tuned step size and L, the state, P(k), stored field draws and
+    the running mean to rounding (counter-based draws do not depend on the mesh)."""
+    r = results["microcanonical"][kind]["repro"]
+    assert r["num_draws"] == 4 and r["num_fields"] == 2
+    for name in ("lp", "energy_error", "step_size", "n_steps", "power", "tracked_real"):
+        assert name in r["names"]
+    assert r["same_accepts"] and r["same_n_steps"]
+    tuned_1, tuned_4 = r["tuned_1"], r["tuned_4"]
+    assert abs(tuned_4["step_size"] - 0.3) > 0.1  # it tuned (initial 0.3 and 1.0)
+    assert abs(tuned_4["trajectory_length"] - 1.0) > 0.1
+    for name in _TUNED:
+        assert abs(tuned_4[name] / tuned_1[name] - 1.0) < 1e-11, (name, tuned_1, tuned_4)
+    assert r["step_size_rel"] < 1e-11
+    assert r["max_state_diff"] < 1e-11 * r["state_scale"]
+    assert r["max_lp_diff"] < 1e-9
+    assert r["max_energy_error_diff"] < 1e-9
+    assert r["max_power_rel"] < 1e-9
+    assert r["max_field_diff"] < 1e-11 * r["state_scale"]
+    assert r["max_mean_diff"] < 1e-11
+    if kind == "mclmc":
+        assert r["accept_rate"] == 1.0 and set(r["n_steps"]) == {2}  # minimal norm: 2 grads
+        assert r["field_moments_draws"] == 4  # moments every 5th draw (field_stats_every)
+    else:
+        assert 0.2 < r["accept_rate"] < 1.0  # Metropolis-tested
+        assert len(set(r["n_steps"])) > 1  # randomised trajectory length
+        assert r["field_moments_draws"] == 16
+
+
+def test_sharded_recorded_coordinates_are_the_kernels(results):
+    """Stage 3's coordinate subset picked on 4 devices (a segment sum over slabs, stride
+    8 at 16³) is exactly ``mclmc._subset``'s."""
+    assert results["microcanonical"]["subset_equal"]
+
+
+@pytest.mark.parametrize("kind", MICRO)
+def test_sharded_microcanonical_resume_is_bit_identical(results, kind):
+    """Killed in the tuner's moment stage (step 5), in its autocorrelation / final dual
+    averaging stage (10) and in sampling (15), resumed each time from the gathered
+    checkpoint (host tuning state, moments, recorded coordinates): traces, stored
+    fields, final state and tuned parameters equal the uninterrupted run bit for bit."""
+    r = results["microcanonical"][kind]["resume"]
+    assert r["interrupted_steps"] == [5, 10, 15] and r["complete"]
+    assert r["traces_identical"]
+    assert r["fields_identical"]
+    assert r["state_identical"]
+    assert r["tuned_identical"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", MICRO)
+def test_sharded_microcanonical_is_the_unsharded_kernel(slow_results, kind):
+    """The sharded code on plain tensors with the unsharded kernels' Philox draws ==
+    the unsharded driver running ``fieldhmc.samplers.mclmc`` (XLA) on the same target,
+    float64, 12 tuning steps + 4 draws: same accept decisions and trajectory lengths,
+    step size and L to 1e-10 (a float32-rounded parameter in the kernel gave 2e-7), the
+    state and traces to rounding. The host float64 tuner is the kernel's tuner."""
+    r = slow_results["microcanonical_unsharded"][kind]
+    assert r["same_accepts"] and r["same_n_steps"]
+    assert abs(r["tuned"]["step_size"] - 0.3) > 0.1  # it tuned
+    for name in _TUNED:
+        assert r["tuned_rel"][name] < 1e-10, r["tuned_rel"]
+    assert r["step_size_rel"] < 1e-10
+    assert r["max_state_diff"] < 1e-9 * r["state_scale"]
+    assert r["max_lp_diff"] < 1e-8
+    assert r["max_energy_error_diff"] < 1e-9
+    if kind == "mams":
+        assert r["max_accept_rate_diff"] < 1e-10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("masked", ["unmasked", "masked"])
+def test_driver_run_sharded_mams_passes_the_wiener_ztest(slow_results, masked):
+    """Sharded MAMS (4 devices, 200 tuning steps, 400 draws x 4 chains, 8³): every
+    latent's posterior mean and variance, MCSE-scaled z-scores vs the dense posterior."""
+    r = slow_results["mams"][masked]
+    assert r["p"] > 1e-3 and r["max_abs_z"] < 4.5, r
+    assert 0.5 < r["accept_rate"] < 1.0, r
+
+
+@pytest.mark.slow
+def test_sharded_mclmc_bias_is_within_its_tolerance_and_shrinks(slow_results):
+    """Sharded, tuned MCLMC (4 devices, 8³ unmasked, 2000 draws x 4 chains): the squared
+    variance bias b^2 (MC noise removed, arXiv:2412.08876) is below the tuner's
+    Var[dE]/d at 1e-2 and 1e-3, measurable at 1e-2 and smaller at 1e-3, and MCLMC
+    shrinks the variances (the checks of ``test_posterior.py``'s unsharded test)."""
+    loose, tight = (slow_results["mclmc_bias"][k] for k in ("0.01", "0.001"))
+    msg = f"{loose} {tight}"
+    assert loose["b2"] < 1e-2 and tight["b2"] < 1e-3, msg
+    assert loose["b2"] - loose["se"] > 1e-3, msg
+    assert tight["b2"] + 2 * tight["se"] < 0.5 * (loose["b2"] - 2 * loose["se"]), msg
+    assert loose["rel"] < tight["rel"] < 0.0, msg
 
 
 @pytest.mark.slow
