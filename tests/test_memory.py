@@ -175,6 +175,27 @@ def test_estimate_grows_with_grid_and_chains():
     assert memory.check_memory(small, available=int(64e9)).peak_bytes == e[0]
 
 
+# Whole-run peaks (MiB) from benchmarks/memory.py, system allocator, HMC, 20 stored
+# draws per chain, full run + diagnose + plot + Wiener reference (benchmarks/README.md).
+MEASURED_PEAK_MIB = {
+    (64, 1): 1344,
+    (64, 4): 1516,
+    (128, 1): 1717,
+    (128, 4): 2029,
+    (256, 1): 4311,
+    (256, 4): 6810,
+}
+
+
+@pytest.mark.parametrize(("n", "chains"), sorted(MEASURED_PEAK_MIB))
+def test_estimate_is_on_the_high_side_of_the_measured_peaks(n, chains):
+    # Never below a measured peak (a config that fits is not refused), and at most 20%
+    # above (the old multiples said 38 GB for 512³ x 1 and refused it on a 24 GB box).
+    config = load_config(QUICKSTART, [f"grid.shape=[{n},{n},{n}]", f"sampler.num_chains={chains}"])
+    ratio = memory.estimate_peak_bytes(config).peak_bytes / (MEASURED_PEAK_MIB[n, chains] * 2**20)
+    assert 1.0 < ratio < 1.2, ratio
+
+
 def test_cli_refuses_a_config_that_cannot_fit(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["run", str(QUICKSTART), "--set", "grid.shape=[2048,2048,2048]", "--out", str(out)]
