@@ -48,6 +48,7 @@ class PhaseMeter:
 
     def __init__(self):
         self.peaks: dict[str, float] = {}
+        self.after: dict[str, float] = {}  # RSS at the phase's end (what it leaves resident)
         self.order: list[str] = []
         self.stack = ["startup"]
 
@@ -57,6 +58,7 @@ class PhaseMeter:
         if label not in self.peaks:
             self.order.append(label)
         self.peaks[label] = max(self.peaks.get(label, 0.0), mb)
+        self.after[label] = _status_kb("VmRSS") / 1024
         _reset_peak()
 
     def enter(self, label: str) -> None:
@@ -162,7 +164,9 @@ def child(args) -> dict:
         "chains": args.chains,
         "baseline_mb": baseline,
         "field_mb": field_mb,
-        "rows": [(p, meter.peaks[p]) for p in meter.order if p not in ("startup", "end")],
+        "rows": [
+            (p, meter.peaks[p], meter.after[p]) for p in meter.order if p not in ("startup", "end")
+        ],
         "overall_mb": _status_kb("VmHWM") / 1024,  # since the last reset only
     }
 
@@ -171,12 +175,16 @@ def print_table(result: dict) -> None:
     n, c = result["grid"], result["chains"]
     base, fmb = result["baseline_mb"], result["field_mb"]
     print(f"\n{n}³, {c} chains: one field {fmb:.1f} MiB, RSS after importing TF {base:.0f} MB")
-    print(f"{'phase':40s} | {'peak MB':>8s} {'x field':>8s} {'x field/chain':>14s}")
+    print(
+        f"{'phase':40s} | {'peak MB':>8s} {'x field':>8s} {'x field/chain':>14s} "
+        f"| {'RSS after':>9s} {'x field':>8s}"
+    )
     top = 0.0
-    for phase, mb in result["rows"]:
+    for phase, mb, after in result["rows"]:
         top = max(top, mb)
         mult = (mb - base) / fmb
-        print(f"{phase:40s} | {mb:8.0f} {mult:8.1f} {mult / c:14.1f}")
+        rest = (after - base) / fmb
+        print(f"{phase:40s} | {mb:8.0f} {mult:8.1f} {mult / c:14.1f} | {after:9.0f} {rest:8.1f}")
     mult = (top - base) / fmb
     print(f"{'whole run (max of phases)':40s} | {top:8.0f} {mult:8.1f} {mult / c:14.1f}")
 

@@ -18,21 +18,32 @@ from fieldhmc.config import Config
 
 __all__ = ["MemoryEstimate", "available_bytes", "check_memory", "estimate_peak_bytes"]
 
+# Measured by ``benchmarks/memory.py`` (system allocator, HMC, 20 stored draws per
+# chain, full run + diagnose + plot + Wiener reference; whole-run peak RSS, MiB):
+#   64³ x 1: 1344   64³ x 4: 1516   128³ x 1: 1717   128³ x 4: 2029
+#   256³ x 1: 4311   256³ x 4: 6810.
+# Per chain (4 - 1 chains): 13.0 fields at 128³ and 256³. The rest, fitted over those
+# two sizes: 1347 MiB (1.41 GB) + 33.3 fields. From 128³ up every run's peak is its
+# sampling phase (the compiled chunk on top of model, data, state and running moments);
+# diagnose, plot and the Wiener reference stay below it (256³ x 1: 39.7, 25.9 and 43.1
+# fields, against 54.3). At 64³ diagnose's non-field memory (~0.5 GB) sets the peak,
+# hence the baseline above the fit. The constants are the fits rounded up (stated
+# margin: estimates 1.07-1.13x the measured peaks), so a config that fits is not
+# refused: 256³ x 4 estimates 8.0 GB (measured 7.1), 256³ x 1 5.1 GB (4.5), 64³ x 4
+# 1.7 GB (1.6); 512³ x 1 29 GB.
+
 #: RSS of a run before any field exists: TensorFlow, XLA compiling the chunk, the
-#: diagnostics and plotting stack (measured ~1.7 GB at 64³ where fields are negligible).
-BASELINE_BYTES = 1.9e9
-#: Field-sized buffers independent of the number of chains: model constants, data and
-#: preconditioner (~29 at 256³ before sampling), the float64 Wiener-filter reference and
-#: the streamed diagnostics (the mode test keeps ~10 bytes per real value, ~14 fields
-#: with its temporaries), on top of what the sampling phase leaves resident. Measured
-#: 256³ x 4 chains whole run: 129.6 fields above the TensorFlow baseline (9.6 GB);
-#: estimated with these multiples: 10.1 GB.
-FIXED_FIELDS = 50.0
-#: Field-sized buffers per chain: state and gradient (carried in place, see
+#: diagnostics and plotting stack (fit: 1.41 GB; 64³ runs peak at 1.4-1.6 GB).
+BASELINE_BYTES = 1.6e9
+#: Field-sized buffers independent of the number of chains (fit: 33.3): model constants,
+#: data, preconditioner, the float64 running mean and M2 of the field draws, the
+#: compiled programs' constants, what the first chunk leaves resident.
+FIXED_FIELDS = 37.0
+#: Field-sized buffers per chain (fit: 13.0): state and gradient (carried in place, see
 #: ``samplers.driver._Carry``), momentum, proposal, the FFT temporaries and the model's
-#: float64 terms of one leapfrog step (~8.4 per chain in the compiled chunk's
-#: preallocated temp), the stored-draw slot, host copies for the checkpoint.
-PER_CHAIN_FIELDS = 18.0
+#: float64 terms of one leapfrog step (~9 per chain in the compiled chunk's
+#: preallocated temp), the stored-draw slot, the checkpoint's host copies.
+PER_CHAIN_FIELDS = 14.5
 
 
 @dataclass(frozen=True)

@@ -619,11 +619,16 @@ class FieldModel(abc.ABC):
         np.ndarray
             float64 ``grid_shape``.
         """
-        d_eff, weights = self._gaussian_approximation(self._check_data(data))
+        approx = list(self._gaussian_approximation(self._check_data(data)))
+        # d_eff is passed as a temporary (popped, not named), so the solver drops its
+        # float64 grid once the right-hand side is formed (2 fields fewer at the peak).
         mean_field, _ = wiener_filter_mean(
-            self.grid.grid_shape, self.signal_variance_np(), weights, d_eff, tol=tol
+            self.grid.grid_shape, self.signal_variance_np(), approx[1], approx.pop(0), tol=tol
         )
-        return self.latents_from_field(mean_field).numpy().astype(np.float64)
+        del approx
+        field = mean_field.astype(self.dtype.as_numpy_dtype)
+        del mean_field
+        return self.latents_from_field(field).numpy().astype(np.float64)
 
     def init_latents(
         self, kind: str, num_chains: int, seed, data=None, jitter: float = 0.0

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
+import scipy.fft
 
 __all__ = ["CGResult", "WienerSystem", "conjugate_gradient", "wiener_filter_mean"]
 
@@ -67,15 +68,18 @@ def conjugate_gradient(
         If the tolerance is not reached within ``max_iter`` iterations.
     """
     b = np.asarray(b, dtype=np.float64)
-    precond = apply_preconditioner if apply_preconditioner is not None else (lambda r: r)
     b_norm = float(np.linalg.norm(b))
     x = np.zeros_like(b)
     if b_norm == 0.0:
         return CGResult(x, 0, 0.0)
+    # Four vectors live across iterations (b, x, r, p) and at most one more (A p, then
+    # the preconditioned residual) within one: every update is in place, so at 512³
+    # the solver holds ~5 float64 fields plus what ``apply_a`` allocates, not ~12.
     r = b.copy()
-    z = precond(r)
+    z = apply_preconditioner(r) if apply_preconditioner is not None else r
     p = z.copy()
     rz = float(np.vdot(r, z))
+    del z
     it = 0
     while float(np.linalg.norm(r)) > tol * b_norm:
         if it >= max_iter:
@@ -83,16 +87,26 @@ def conjugate_gradient(
                 f"conjugate gradients did not reach tol {tol} in {max_iter} iterations "
                 f"(residual {np.linalg.norm(r) / b_norm:.3g})"
             )
-        ap = apply_a(p)
-        alpha = rz / float(np.vdot(p, ap))
-        x = x + alpha * p
-        r = r - alpha * ap
-        z = precond(r)
+        work = np.asarray(apply_a(p), dtype=np.float64)
+        if np.may_share_memory(work, p):
+            work = work.copy()
+        alpha = rz / float(np.vdot(p, work))
+        work *= alpha  # r <- r - alpha A p
+        r -= work
+        np.multiply(p, alpha, out=work)  # x <- x + alpha p
+        x += work
+        del work
+        z = apply_preconditioner(r) if apply_preconditioner is not None else r
         rz_new = float(np.vdot(r, z))
-        p = z + (rz_new / rz) * p
+        p *= rz_new / rz  # p <- z + beta p
+        p += z
+        del z
         rz = rz_new
         it += 1
-    residual = float(np.linalg.norm(b - apply_a(x))) / b_norm
+    del r, p
+    work = np.asarray(apply_a(x), dtype=np.float64)
+    work -= b
+    residual = float(np.linalg.norm(work)) / b_norm
     return CGResult(x, it, residual)
 
 
@@ -118,8 +132,13 @@ class WienerSystem:
 
     def fourier_multiply(self, x: np.ndarray, factor: np.ndarray) -> np.ndarray:
         """:math:`F^{-1} \\mathrm{diag}(\\text{factor}) F x` with orthonormal FFTs."""
-        modes = np.fft.rfftn(x, axes=(-3, -2, -1), norm="ortho") * factor
-        return np.fft.irfftn(modes, s=self.grid_shape, axes=(-3, -2, -1), norm="ortho")
+        # scipy.fft allocates only its output (numpy.fft also a same-sized temporary);
+        # the product is formed in place and the inverse may overwrite it.
+        modes = scipy.fft.rfftn(x, axes=(-3, -2, -1), norm="ortho", workers=-1)
+        modes *= factor
+        return scipy.fft.irfftn(
+            modes, s=self.grid_shape, axes=(-3, -2, -1), norm="ortho", overwrite_x=True, workers=-1
+        )
 
     def sqrt_signal(self, x: np.ndarray) -> np.ndarray:
         """:math:`S^{1/2} x`."""
@@ -127,7 +146,11 @@ class WienerSystem:
 
     def apply(self, y: np.ndarray) -> np.ndarray:
         """:math:`(I + S^{1/2} W S^{1/2})\\, y`."""
-        return y + self.sqrt_signal(self.weights * self.sqrt_signal(y))
+        out = self.sqrt_signal(y)
+        out *= self.weights
+        out = self.sqrt_signal(out)
+        out += y
+        return out
 
     def precondition(self, r: np.ndarray) -> np.ndarray:
         """:math:`F^{-1} (1 + s_k \\bar W)^{-1} F r`."""
@@ -171,6 +194,9 @@ def wiener_filter_mean(
         Of the whitened system (``solution`` is :math:`y`).
     """
     system = WienerSystem(grid_shape, signal_variance, weights)
-    data = np.asarray(data, dtype=np.float64)
-    result = system.solve(system.sqrt_signal(system.weights * data), tol=tol, max_iter=max_iter)
+    rhs = system.weights * np.asarray(data, dtype=np.float64)
+    del data  # the caller's temporaries (e.g. a float64 copy of the data) go with it
+    rhs = system.sqrt_signal(rhs)
+    result = system.solve(rhs, tol=tol, max_iter=max_iter)
+    del rhs
     return system.sqrt_signal(result.solution), result
