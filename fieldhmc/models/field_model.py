@@ -310,7 +310,18 @@ class FieldModel(abc.ABC):
             ``[..., n0, n1, n2]`` in the model dtype, dimensionless.
         """
         field, hp = self._unpack(latents)
-        return self._delta(field, hp, self._constants(field_only=True))
+        # Made once, eagerly (tf.init_scope), even when first called while a compiled
+        # loop is traced: a tensor made while tracing is a graph constant that XLA embeds
+        # in the program, and an embedded constant stays resident about 7 times over
+        # (graph, HLO literal, executable; measured: 64 MiB -> 444 MiB); an eager tensor
+        # is captured as an input. At 256³ the chunk's embedded constants held 13-16
+        # fields after the first chunk (issue 14).
+        c = self.__dict__.get("_field_only_constants")
+        if c is None:
+            with tf.init_scope():
+                c = self._constants(field_only=True)
+            self._field_only_constants = c
+        return self._delta(field, hp, c)
 
     def latents_from_field(self, delta, **hyperparameters) -> tf.Tensor:
         """The ``"field"`` latent that maps to :math:`\\delta` (its mean-mode coordinate 0).
