@@ -5,8 +5,10 @@ each a sum of N = n^3 per-voxel terms. This script measures, against exact
 references, the error of
 
 * ``f32 reduce``: float32 terms summed by ``tf.reduce_sum`` in float32;
-* ``f64 reduce``: the same float32 terms cast to float64 and summed
-  (what :func:`fieldhmc.models.reduce_sum_float64` does);
+* ``f64 reduce``: the same float32 terms cast to float64 and summed;
+* ``f64 blocked``: float32 sums of 16 consecutive terms, cast to float64 and summed
+  (what :func:`fieldhmc.models.reduce_sum_float64` does, and with it the model's
+  ``target_log_prob_fn`` in the ``model`` experiment);
 
 for the log density itself and for the difference between two nearby states
 (as after one HMC trajectory). Two experiments:
@@ -57,6 +59,13 @@ def _terms_experiment(n: int, seed: int) -> dict[str, float]:
     exact32 = math.fsum(t32["a"].numpy().astype(np.float64))
     out["f32_reduce_err_vs_f32_terms"] = abs(f32["a"] - exact32)
     out["f64_reduce_err_vs_f32_terms"] = abs(f64["a"] - exact32)
+    # what the models do: float32 sums of BLOCK consecutive terms, then float64
+    from fieldhmc.models.reduction import reduce_sum_float64
+
+    blk = {k: float(reduce_sum_float64(v, event_ndims=1)) for k, v in t32.items()}
+    out["f64_blocked_abs_err"] = abs(blk["a"] - exact["a"])
+    out["f64_blocked_delta_err"] = abs((blk["b"] - blk["a"]) - d_exact)
+    out["f64_blocked_err_vs_f32_terms"] = abs(blk["a"] - exact32)
     out["float32_spacing_at_total"] = float(abs(np.spacing(np.float32(exact["a"]))))
     return out
 

@@ -362,9 +362,10 @@ class FieldModel(abc.ABC):
 
     def _log_prior_field(self, field: tf.Tensor, hp, c) -> tf.Tensor:
         n = self.grid.num_cells
-        x2 = tf.square(tf.cast(field, tf.float64))
         if self.parametrization == "noncentred":
-            return -0.5 * reduce_sum_float64(x2) - 0.5 * n * _LOG_2PI
+            # float32 squares, float64 (blocked) sum: see fieldhmc.models.reduction
+            return -0.5 * reduce_sum_float64(tf.square(field)) - 0.5 * n * _LOG_2PI
+        x2 = tf.square(tf.cast(field, tf.float64))
         if self.hyper_names:
             var = self._latent_variance(hp, c)
             quad = reduce_sum_float64(x2 / var)

@@ -239,10 +239,13 @@ class GaussianLikelihood(Likelihood):
         return np.where(self.observed, data, 0.0), self.weights
 
     def constants(self, data, dtype):
+        # Weights in the model dtype: terms are formed there and summed in float64
+        # (blocked, see fieldhmc.models.reduction); a float64 weight grid would make
+        # XLA write a float64 copy of the terms before the reduction.
         if self.is_fourier_diagonal:
-            weights = tf.constant(float(self.weights.flat[0]), tf.float64)
+            weights = tf.constant(float(self.weights.flat[0]), dtype)
         else:
-            weights = tf.constant(self.weights, tf.float64)
+            weights = tf.constant(self.weights, dtype)
         return {
             "data": tf.constant(np.where(self.observed, data, 0.0), dtype),
             "weights": weights,
@@ -250,8 +253,9 @@ class GaussianLikelihood(Likelihood):
         }
 
     def log_prob(self, prediction, lc, sigma2_delta=None):
-        residual = tf.cast(lc["data"] - prediction, tf.float64)
-        return -0.5 * reduce_sum_float64(lc["weights"] * tf.square(residual)) + lc["log_norm"]
+        residual = lc["data"] - prediction
+        terms = tf.cast(lc["weights"], residual.dtype) * tf.square(residual)
+        return -0.5 * reduce_sum_float64(terms) + lc["log_norm"]
 
     def distribution(self, prediction, sigma2_delta=None):
         noise = tfd.Normal(prediction, tf.constant(self.sigma_safe, prediction.dtype))

@@ -79,7 +79,9 @@ class ShardedGaussianTarget:
         sqrt_s = np.sqrt(model.signal_variance_np())[None].astype(np_dtype)
         self._sqrt_s = self._put(sqrt_s, spectrum=True)
         self._data = self._put(lc["data"].numpy()[None].astype(np_dtype))
-        w = lc["weights"].numpy()
+        # float64 weights (the likelihood's constants hold them in the model dtype)
+        lik = model.likelihood
+        w = np.asarray(lik.weights.flat[0] if lik.is_fourier_diagonal else lik.weights, np.float64)
         self._weights = float(w) if w.ndim == 0 else self._put(w[None])
         self._log_norm = float(lc["log_norm"].numpy())
         self._num_cells = int(np.prod(self.grid_shape))

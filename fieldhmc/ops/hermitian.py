@@ -231,8 +231,27 @@ class HermitianPacking:
         return out.reshape(-1)
 
     def modes_from_real(self, v: tf.Tensor) -> tf.Tensor:
-        """Pack reals ``[..., *grid_shape]`` into Hermitian modes ``[..., *modes_shape]``."""
-        v = tf.convert_to_tensor(v)
+        r"""Pack reals ``[..., *grid_shape]`` into Hermitian modes ``[..., *modes_shape]``.
+
+        Its gradient is the plain adjoint, :math:`\bar v = \mathrm{unpack}(\bar Z / w)`
+        (:meth:`real_from_modes` is the adjoint under the *weighted* inner product),
+        written as one gather/interleave of :math:`\bar Z` rather than TensorFlow's
+        default of a padded buffer per strided slice and a scatter per gather: inside
+        a compiled leapfrog loop, where the gradient has two consumers (the carried
+        gradient and the momentum update), XLA kept those pads as three field-sized
+        buffers per gradient (``benchmarks/scaling.py``).
+        """
+
+        @tf.custom_gradient
+        def pack(v):
+            def grad(dz):
+                return self._unpack(dz, 1.0 / math.sqrt(2.0))
+
+            return self._pack(v), grad
+
+        return pack(tf.convert_to_tensor(v))
+
+    def _pack(self, v: tf.Tensor) -> tf.Tensor:
         nd = len(self.grid_shape)
         batch = tf.shape(v)[: tf.rank(v) - nd]
         x = tf.reshape(v, [-1, math.prod(self._plane_shape), self.grid_shape[-1]])
@@ -249,7 +268,12 @@ class HermitianPacking:
 
     def real_from_modes(self, modes: tf.Tensor) -> tf.Tensor:
         """Unpack modes ``[..., *modes_shape]`` into reals ``[..., *grid_shape]``."""
-        modes = tf.convert_to_tensor(modes)
+        return self._unpack(tf.convert_to_tensor(modes), math.sqrt(2.0))
+
+    def _unpack(self, modes: tf.Tensor, free_scale: float) -> tf.Tensor:
+        r"""Unpack with the ``w = 2`` bins' real and imaginary parts times ``free_scale``:
+        :math:`\sqrt 2` for :meth:`real_from_modes`, :math:`1/\sqrt 2` for the plain
+        adjoint of :meth:`modes_from_real` (the planes' unpacking is their adjoint)."""
         nd = len(self.grid_shape)
         batch = tf.shape(modes)[: tf.rank(modes) - nd]
         z = tf.reshape(modes, [-1, math.prod(self._plane_shape), self.modes_shape[-1]])
@@ -257,7 +281,7 @@ class HermitianPacking:
         k = self._num_free
         if k:
             free = z[..., 1 : k + 1]
-            s2 = tf.constant(math.sqrt(2.0), free.dtype.real_dtype)
+            s2 = tf.constant(free_scale, free.dtype.real_dtype)
             pairs = tf.stack([tf.math.real(free) * s2, tf.math.imag(free) * s2], axis=-1)
             pieces.append(tf.reshape(pairs, [-1, z.shape[1], 2 * k]))
         if self._has_nyquist:

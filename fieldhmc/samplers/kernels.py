@@ -21,15 +21,24 @@ from typing import NamedTuple
 
 import tensorflow as tf
 import tensorflow_probability as tfp
+from tensorflow_probability.python.internal import samplers as tfp_samplers
+from tensorflow_probability.python.mcmc import hmc as tfp_hmc
+from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
+from tensorflow_probability.python.mcmc.internal import util as mcmc_util
+
+from fieldhmc.models.reduction import reduce_sum_float64
 
 __all__ = [
     "KINDS",
+    "FieldHamiltonianMonteCarlo",
     "JitteredHamiltonianMonteCarlo",
     "StepStats",
     "build_kernel",
     "default_target_accept_prob",
     "expand_results",
+    "kinetic_energy_change",
     "slim_results",
+    "standard_normal",
     "step_stats",
     "whiten",
 ]
@@ -80,7 +89,144 @@ def whiten(
     return fn
 
 
-class JitteredHamiltonianMonteCarlo(tfp.mcmc.HamiltonianMonteCarlo):
+def standard_normal(shape, seed, dtype: tf.DType = tf.float32) -> tf.Tensor:
+    r"""Standard-normal draws by inversion of 24 random bits per value (float32).
+
+    .. math:: z = \pm\, \Phi^{-1}(p), \qquad p = (2k + 1)\, 2^{-25}, \quad
+              k \in \{0, \dots, 2^{23} - 1\},
+
+    with :math:`k` 23 bits and the sign one more bit of one 32-bit Philox word, so
+    :math:`p \in (0, 1/2)` is exact in float32: the draws are the normal quantiles of
+    :math:`2^{24}` equally likely levels, exactly symmetric (largest :math:`|z|` = 5.42).
+    ``tf.math.ndtri`` is Cephes' in eager mode (relative error below 1e-6) and
+    :math:`\sqrt 2\, \mathrm{erf}^{-1}(2p - 1)` under XLA (below 6e-6, both against
+    float64; ``tests/samplers/test_kernels.py``). Under XLA:CPU this costs 0.4--0.5 of
+    ``tf.random.stateless_normal`` (Box--Muller: a logarithm, a sine and a cosine per
+    pair), which at 128³ x 2 chains took 85--98 ms, about two gradients of the Gaussian
+    model, once per HMC transition. Other dtypes take TFP HMC's own draw
+    (``tfp.random``'s ``samplers.normal``), so float64 runs are unchanged.
+
+    Parameters
+    ----------
+    shape : sequence of int or int Tensor
+    seed : int Tensor [2]
+        Stateless seed.
+    dtype : tf.DType
+        float32 (inversion) or float64 (TFP's draw).
+
+    Returns
+    -------
+    tf.Tensor
+        ``shape`` of ``dtype``.
+    """
+    dtype = tf.as_dtype(dtype)
+    if dtype != tf.float32:
+        return tfp_samplers.normal(shape, dtype=dtype, seed=seed)  # TFP HMC's own draw
+    bits = tf.random.stateless_uniform(
+        shape, seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
+    )
+    k = tf.bitcast(tf.bitwise.right_shift(bits, tf.constant(9, tf.uint32)), tf.int32)
+    z = tf.math.ndtri(tf.cast(2 * k + 1, tf.float32) * (2.0**-25))  # < 0
+    is_negative = tf.bitwise.bitwise_and(bits, tf.constant(1, tf.uint32)) > 0
+    return tf.where(is_negative, z, -z)
+
+
+def kinetic_energy_change(initial_momentum, final_momentum) -> tf.Tensor:
+    r""":math:`\tfrac12 \sum (p_0^2 - p_1^2)` per chain, summed in float64.
+
+    TFP 0.25's HMC (``hmc._compute_log_acceptance_correction``) takes the two sums of
+    squares in the state dtype: at 256³ each is :math:`\approx 8 \times 10^6`, where the
+    float32 spacing is 1, so the Metropolis log ratio is off by up to ~0.5 (by ~4 at
+    512³). Here the terms :math:`(p_0 - p_1)(p_0 + p_1)` are formed in the state dtype
+    and reduced in float64 (:func:`fieldhmc.models.reduction.reduce_sum_float64`).
+
+    Parameters
+    ----------
+    initial_momentum, final_momentum : sequence of tf.Tensor
+        Momentum parts ``[chains, ...]``.
+
+    Returns
+    -------
+    tf.Tensor
+        ``[chains]`` in the momenta's dtype.
+    """
+    total = 0.0
+    for p0, p1 in zip(initial_momentum, final_momentum, strict=True):
+        terms = (p0 - p1) * (p0 + p1)
+        total = total + reduce_sum_float64(terms, event_ndims=terms.shape.rank - 1)
+    return tf.cast(0.5 * total, initial_momentum[0].dtype)
+
+
+class _FieldUncalibratedHMC(tfp.mcmc.UncalibratedHamiltonianMonteCarlo):
+    """TFP 0.25's uncalibrated HMC step with, for float32 states, :func:`standard_normal`
+    momenta and the kinetic energy change of :func:`kinetic_energy_change`; otherwise
+    TFP's code (``UncalibratedHamiltonianMonteCarlo.one_step``, without shard axes), and
+    exactly TFP's step for float64 states."""
+
+    def one_step(self, current_state, previous_kernel_results, seed=None):
+        with tf.name_scope(mcmc_util.make_name(self.name, "hmc", "one_step")):
+            if self._store_parameters_in_results:
+                step_size = previous_kernel_results.step_size
+                num_leapfrog_steps = previous_kernel_results.num_leapfrog_steps
+            else:
+                step_size = self.step_size
+                num_leapfrog_steps = self.num_leapfrog_steps
+            [state_parts, step_sizes, target_log_prob, grad_parts] = tfp_hmc._prepare_args(
+                self.target_log_prob_fn,
+                current_state,
+                step_size,
+                previous_kernel_results.target_log_prob,
+                previous_kernel_results.grads_target_log_prob,
+                maybe_expand=True,
+                state_gradients_are_stopped=self.state_gradients_are_stopped,
+            )
+            seed = tfp_samplers.sanitize_seed(seed)
+            seeds = list(tfp_samplers.split_seed(seed, n=len(state_parts)))
+            momentum_parts = [
+                standard_normal(tf.shape(x), s, x.dtype)
+                for s, x in zip(seeds, state_parts, strict=True)
+            ]
+            integrator = leapfrog_impl.SimpleLeapfrogIntegrator(
+                self.target_log_prob_fn, step_sizes, num_leapfrog_steps
+            )
+            next_momentum, next_state, next_target_log_prob, next_grads = integrator(
+                momentum_parts, state_parts, target_log_prob, grad_parts
+            )
+            if self.state_gradients_are_stopped:
+                next_state = [tf.stop_gradient(x) for x in next_state]
+            if all(x.dtype == tf.float32 for x in state_parts):
+                correction = kinetic_energy_change(momentum_parts, next_momentum)
+            else:  # float64 sums already: TFP's, so float64 draws stay bit-identical
+                correction = tfp_hmc._compute_log_acceptance_correction(
+                    momentum_parts, next_momentum, tf.rank(target_log_prob)
+                )
+            results = previous_kernel_results._replace(
+                log_acceptance_correction=correction,
+                target_log_prob=next_target_log_prob,
+                grads_target_log_prob=next_grads,
+                initial_momentum=momentum_parts,
+                final_momentum=next_momentum,
+                seed=seed,
+            )
+            is_list = mcmc_util.is_list_like(current_state)
+            return (next_state if is_list else next_state[0]), results
+
+
+class FieldHamiltonianMonteCarlo(tfp.mcmc.HamiltonianMonteCarlo):
+    """``tfp.mcmc.HamiltonianMonteCarlo`` whose inner step is :class:`_FieldUncalibratedHMC`:
+    float32 momenta by inversion (:func:`standard_normal`) and the Metropolis kinetic
+    term summed in float64 (:func:`kinetic_energy_change`). Same arguments, results
+    and wrappers as TFP's kernel."""
+
+    def __init__(self, target_log_prob_fn, step_size, num_leapfrog_steps, **kwargs):
+        super().__init__(target_log_prob_fn, step_size, num_leapfrog_steps, **kwargs)
+        inner = self._impl.inner_kernel
+        self._impl = tfp.mcmc.MetropolisHastings(
+            inner_kernel=_FieldUncalibratedHMC(**inner.parameters)
+        )
+
+
+class JitteredHamiltonianMonteCarlo(FieldHamiltonianMonteCarlo):
     """HMC whose number of leapfrog steps is drawn uniformly from ``[1, L]`` per step.
 
     The draw is shared by all chains of the batch (one while-loop) and is made from
@@ -182,7 +328,7 @@ def build_kernel(
             target_accept_prob=target_accept_prob,
         )
     if kind == "hmc":
-        cls = JitteredHamiltonianMonteCarlo if jitter_leapfrog else tfp.mcmc.HamiltonianMonteCarlo
+        cls = JitteredHamiltonianMonteCarlo if jitter_leapfrog else FieldHamiltonianMonteCarlo
         kwargs = {} if jitter_leapfrog else {"store_parameters_in_results": True}
         inner = cls(
             target_log_prob_fn, step_size=step_size, num_leapfrog_steps=num_leapfrog_steps, **kwargs

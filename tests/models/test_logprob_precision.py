@@ -21,3 +21,6 @@ def test_main_on_a_tiny_grid(capsys):
     # float64 accumulation of float32 terms: no reduction error at all here
     assert terms["f64_reduce_err_vs_f32_terms"] <= 1e-9 * abs(terms["log_prob"])
     assert model["f64_reduce_delta_err"] < 1e-3
+    # blocked float32 partial sums: within a few float32 roundings of the terms
+    assert terms["f64_blocked_err_vs_f32_terms"] <= 1e-6 * abs(terms["log_prob"])
+    assert terms["f64_blocked_delta_err"] < 1e-3

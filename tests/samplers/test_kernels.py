@@ -151,3 +151,90 @@ def test_unknown_kind_is_rejected():
         build_kernel("mala", lambda x: x, step_size=0.1, num_adaptation_steps=1)
     with pytest.raises(ValueError, match="chees"):
         SamplerSettings(kind="chees", num_chains=1)
+
+
+def test_standard_normal_is_the_normal_quantile_of_symmetric_levels():
+    """Each float32 draw, eager and under XLA, is the float64 normal quantile of its
+    24-bit level (sign bit times the quantile of (2k + 1) 2^-25) to float32 accuracy;
+    moments agree with N(0, 1) within 4 MCSE."""
+    from scipy.special import ndtri
+
+    from fieldhmc.samplers.kernels import standard_normal
+
+    seed = tf.constant([7, 11])
+    shape = [4, 1 << 18]
+    bits = tf.random.stateless_uniform(
+        shape, seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
+    ).numpy()
+    p = (2 * (bits >> 9).astype(np.float64) + 1) / 2.0**25
+    exact = np.where(bits & 1, ndtri(p), -ndtri(p))
+    xla = tf.function(lambda s: standard_normal(shape, s), jit_compile=True)
+    for z, rtol in ((xla(seed).numpy(), 6e-6), (standard_normal(shape, seed).numpy(), 1e-6)):
+        assert z.dtype == np.float32 and z.shape == tuple(shape)
+        np.testing.assert_allclose(z, exact, rtol=rtol, atol=1e-7)
+    x = xla(seed).numpy().astype(np.float64).ravel()
+    n = x.size
+    assert abs(x.mean()) < 4 / np.sqrt(n)
+    assert abs(x.var() - 1) < 4 * np.sqrt(2 / n)
+    assert abs(np.mean(x**4) - 3) < 4 * np.sqrt(96 / n)
+    assert np.abs(x).max() <= -ndtri(2.0**-25) * (1 + 1e-6)
+    assert standard_normal([3], seed, tf.float64).dtype == tf.float64
+
+
+def test_kinetic_energy_change_is_float64_where_tfps_is_not():
+    """TFP 0.25's HMC sums the two kinetic energies in float32 (hmc.py,
+    ``_compute_log_acceptance_correction``): with 2^21 coordinates per chain each sum is
+    ~1e6 (float32 spacing 0.06) and its difference is off by ~1e-2. Ours stays within
+    1e-4 of the exact value; if TFP fixes this, the first assertion fails and
+    ``kinetic_energy_change`` can go."""
+    from tensorflow_probability.python.mcmc import hmc as tfp_hmc
+
+    from fieldhmc.samplers.kernels import kinetic_energy_change
+
+    shape = [4, 1 << 21]
+    p0 = tf.random.stateless_normal(shape, [1, 2])
+    p1 = p0 + 1e-3 * tf.random.stateless_normal(shape, [3, 4])
+    a, b = p0.numpy().astype(np.float64), p1.numpy().astype(np.float64)
+    exact = 0.5 * (np.sum(a * a, axis=1) - np.sum(b * b, axis=1))
+    theirs = tf.function(
+        lambda x, y: tfp_hmc._compute_log_acceptance_correction([x], [y], 1), jit_compile=True
+    )(p0, p1).numpy()
+    ours = tf.function(lambda x, y: kinetic_energy_change([x], [y]), jit_compile=True)(p0, p1)
+    assert ours.dtype == tf.float32
+    assert np.max(np.abs(theirs - exact)) > 1e-3
+    np.testing.assert_allclose(ours.numpy(), exact, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_field_hmc_is_tfp_hmc_but_for_the_momentum_draw(monkeypatch, dtype):
+    """FieldHamiltonianMonteCarlo is TFP's HMC step with two pieces replaced for float32
+    states: with TFP's momentum draw patched in, states, log densities and acceptance
+    agree; float64 states take TFP's step unchanged (bit-identical)."""
+    from tensorflow_probability.python.internal import samplers as tfp_samplers
+
+    from fieldhmc.samplers import kernels
+
+    if dtype == tf.float32:
+        monkeypatch.setattr(
+            kernels,
+            "standard_normal",
+            lambda shape, seed, dtype: tfp_samplers.normal(shape, dtype=dtype, seed=seed),
+        )
+    scale = tf.constant(SD, dtype)
+
+    def target(x):
+        return -0.5 * tf.reduce_sum((x / scale) ** 2, axis=-1)
+
+    x0 = tf.constant(np.full((3, D), 0.7) * SD, dtype)
+    out = []
+    for cls in (kernels.FieldHamiltonianMonteCarlo, tfp.mcmc.HamiltonianMonteCarlo):
+        kernel = cls(target, step_size=tf.constant(0.03, dtype), num_leapfrog_steps=4)
+        x, r = kernel.one_step(x0, kernel.bootstrap_results(x0), seed=tf.constant([5, 6]))
+        out.append([x.numpy(), r.accepted_results.target_log_prob.numpy(), r.log_accept_ratio])
+    if dtype == tf.float64:
+        for a, b in zip(out[0], out[1], strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    else:
+        np.testing.assert_array_equal(out[0][0], out[1][0])
+        np.testing.assert_array_equal(out[0][1], out[1][1])
+        np.testing.assert_allclose(out[0][2].numpy(), out[1][2].numpy(), atol=1e-5)
