@@ -56,7 +56,11 @@ def _scalar_lines(scalars: Mapping[str, Mapping[str, Any]]) -> Lines:
         ]
         for name, r in scalars.items()
     ]
-    lines = ["", "Scalars (rule: R-hat <= 1.01 and ESS >= 100 per chain for each)"]
+    lines = [
+        "",
+        "Scalars (rule: R-hat <= 1.01 and ESS >= 100 per chain for each; a tracked mode"
+        " above 1.01 warns only if also flagged by the joint test of all tracked modes)",
+    ]
     lines += _table(headers, rows)
     fixed = [n for n, r in scalars.items() if r.get("is_constant") and n != "lp"]
     frozen = [n for n, r in scalars.items() if r.get("frozen_chains") and n not in fixed]
