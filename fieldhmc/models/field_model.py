@@ -193,33 +193,35 @@ class FieldModel(abc.ABC):
     def _constants(self, field_only: bool = False) -> dict[str, tf.Tensor]:
         """Tensors of the grid/spectrum constants, made once per public call.
 
-        Made eagerly by :meth:`target_log_prob_fn`, they are captured by a later
-        ``tf.function`` as inputs rather than embedded as graph constants. With
-        ``field_only`` only what :meth:`field_from_latents` needs is made (it may be
-        called inside a compiled loop, where every constant is embedded).
+        Always made eagerly (``tf.init_scope``), also when called while a function is
+        traced, so a ``tf.function`` captures them as inputs rather than embedding them
+        as graph constants: XLA keeps an embedded constant resident about 7 times over
+        (graph, HLO literal, executable; measured: 64 MiB -> 444 MiB). With
+        ``field_only`` only what :meth:`field_from_latents` needs is made.
         """
-        sampled = bool(self.hyper_names)
-        c: dict[str, tf.Tensor] = {"is_pos": tf.constant(self._is_pos)}
-        if not field_only or (sampled and self.parametrization == "noncentred"):
-            c["log_k_ratio"] = tf.constant(self._log_k_ratio, tf.float64)
-            c["log_shape"] = tf.constant(self._log_shape, tf.float64)
-        if field_only:
-            if not sampled and self.parametrization == "noncentred":
-                c["sqrt_s"] = tf.constant(np.sqrt(self.signal_variance_np()), self.dtype)
+        with tf.init_scope():  # eager even while a function is traced (docstring)
+            sampled = bool(self.hyper_names)
+            c: dict[str, tf.Tensor] = {"is_pos": tf.constant(self._is_pos)}
+            if not field_only or (sampled and self.parametrization == "noncentred"):
+                c["log_k_ratio"] = tf.constant(self._log_k_ratio, tf.float64)
+                c["log_shape"] = tf.constant(self._log_shape, tf.float64)
+            if field_only:
+                if not sampled and self.parametrization == "noncentred":
+                    c["sqrt_s"] = tf.constant(np.sqrt(self.signal_variance_np()), self.dtype)
+                return c
+            c["mode_of_real"] = tf.constant(self._mode_of_real)
+            c["is_mean_coordinate"] = tf.constant(self._is_mean_coordinate)
+            if not sampled:
+                s = self.signal_variance_np()
+                var = self._latent_variance_np()
+                c["sqrt_s"] = tf.constant(np.sqrt(s), self.dtype)
+                if self.parametrization == "centred":
+                    c["inv_latent_variance"] = tf.constant(1.0 / var, tf.float64)
+                c["log_latent_variance_sum"] = tf.constant(np.log(var).sum(), tf.float64)
+                c["sigma2_delta"] = tf.constant(
+                    (self.grid.hermitian_weights() * s).sum() / self.grid.num_cells, tf.float64
+                )
             return c
-        c["mode_of_real"] = tf.constant(self._mode_of_real)
-        c["is_mean_coordinate"] = tf.constant(self._is_mean_coordinate)
-        if not sampled:
-            s = self.signal_variance_np()
-            var = self._latent_variance_np()
-            c["sqrt_s"] = tf.constant(np.sqrt(s), self.dtype)
-            if self.parametrization == "centred":
-                c["inv_latent_variance"] = tf.constant(1.0 / var, tf.float64)
-            c["log_latent_variance_sum"] = tf.constant(np.log(var).sum(), tf.float64)
-            c["sigma2_delta"] = tf.constant(
-                (self.grid.hermitian_weights() * s).sum() / self.grid.num_cells, tf.float64
-            )
-        return c
 
     def _signal_variance(self, hp: Mapping[str, tf.Tensor], c) -> tf.Tensor:
         """float64 :math:`s_k` on the half-spectrum, ``[*hyper_batch, n0, n1, m]``."""
@@ -310,17 +312,12 @@ class FieldModel(abc.ABC):
             ``[..., n0, n1, n2]`` in the model dtype, dimensionless.
         """
         field, hp = self._unpack(latents)
-        # Made once, eagerly (tf.init_scope), even when first called while a compiled
-        # loop is traced: a tensor made while tracing is a graph constant that XLA embeds
-        # in the program, and an embedded constant stays resident about 7 times over
-        # (graph, HLO literal, executable; measured: 64 MiB -> 444 MiB); an eager tensor
-        # is captured as an input. At 256³ the chunk's embedded constants held 13-16
-        # fields after the first chunk (issue 14).
+        # Made once (eagerly, see _constants) and kept: the compiled chunk traces this in
+        # its loop and again in a cond, and each trace would capture its own copy. As
+        # embedded constants they held 13-16 fields at 256³ after the first chunk.
         c = self.__dict__.get("_field_only_constants")
         if c is None:
-            with tf.init_scope():
-                c = self._constants(field_only=True)
-            self._field_only_constants = c
+            c = self._field_only_constants = self._constants(field_only=True)
         return self._delta(field, hp, c)
 
     def latents_from_field(self, delta, **hyperparameters) -> tf.Tensor:

@@ -73,7 +73,7 @@ def _binned_sum(values: tf.Tensor, kbins: KBins) -> tf.Tensor:
     shape = tf.shape(values)
     batch = shape[:-3]
     flat = tf.reshape(values, tf.concat([[-1], [int(ids.size)]], 0))  # [B, M]
-    with tf.init_scope():  # an eager input, not an embedded constant: see field_from_latents
+    with tf.init_scope():  # an eager input, not an embedded constant: see FieldModel._constants
         segment_ids = tf.constant(ids)
     sums = tf.math.unsorted_segment_sum(tf.transpose(flat), segment_ids, nb + 1)
     return tf.reshape(tf.transpose(sums[:nb]), tf.concat([batch, [nb]], 0))
