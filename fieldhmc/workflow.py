@@ -378,7 +378,7 @@ def _sample(
     run: io.RunDirectory,
     config: cfg.Config,
     model,
-    data,
+    data=None,
     *,
     resume_run: bool,
     num_results: int | None = None,
@@ -388,9 +388,17 @@ def _sample(
 ) -> dict:
     """Sample into ``run``; ``sampler``, if given, was built by :func:`build_sampler`
     for a config that differs from ``config`` at most in its seeds. With a DTensor
-    ``mesh`` (a ``distribution`` config) the sampler is :func:`build_sharded_sampler`'s."""
+    ``mesh`` (a ``distribution`` config) the sampler is :func:`build_sharded_sampler`'s.
+
+    ``data`` defaults to the run directory's: read here, and dropped (with the
+    initial state) once the sampler holds what it needs, so neither stays alive as a
+    copy through the sampling (a field each)."""
     from fieldhmc.samplers import H5TraceSink, stateless_seed
 
+    if data is None:
+        data = run.load_data("data")
+        if data is None:
+            raise FileNotFoundError(f"{run.data('data')} is missing")
     settings = _settings(config, num_results)
     if sampler is None and mesh is not None:
         sampler = build_sharded_sampler(config, model, data, mesh, num_results)
@@ -412,6 +420,9 @@ def _sample(
         ]
         if mesh is not None:  # the sharded latent: an orthogonal map of the model's
             init = [sampler.target.latent_from_model(init[0])]
+        # An iterator: once the sampler has loaded the state, nothing here holds it.
+        init = iter(init)  # an exhausted list iterator drops its list
+    del data
     if progress is None:
         progress = _chatty()
     summary = sampler.run(
@@ -508,13 +519,14 @@ def run(
     rundir = io.prepare_run_directory(out_dir, overwrite)
     _write_config(rundir, config)
     _write_data(rundir, model, d)
-    data = d.data
-    del d  # truth and its latents are on disk now (the diagnostics read them back)
-    _sample(rundir, config, model, data, resume_run=False, progress=progress, mesh=mesh)
+    # Truth, its latents and the data are on disk now: _sample reads the data back and
+    # the diagnostics the rest.
+    del d
+    _sample(rundir, config, model, resume_run=False, progress=progress, mesh=mesh)
     # diagnose and plot read everything back from the run directory: the model's
-    # constants and the data are not needed there (~12 fields at 256³; its compiled
-    # functions form reference cycles, hence the collection).
-    del model, data
+    # constants are not needed there (~12 fields at 256³; its compiled functions form
+    # reference cycles, hence the collection).
+    del model
     gc.collect()
     diagnose(rundir.root)
     if plots:
@@ -535,15 +547,14 @@ def resume(run_dir: Path, num_results: int | None = None, progress: bool = True)
     model = build_model(
         config, mask=rundir.load_data("mask"), sigma_map=rundir.load_data("sigma_map")
     )
-    data = rundir.load_data("data")
-    if data is None:
+    if not rundir.data("data").exists():
         raise FileNotFoundError(f"{rundir.data('data')} is missing")
     if num_results is not None:
         raw = config.to_dict()
         raw["sampler"]["num_results"] = num_results
         config = cfg.config_from_dict(raw, rundir.root)
         _write_config(rundir, config)
-    _sample(rundir, config, model, data, resume_run=True, progress=progress, mesh=mesh)
+    _sample(rundir, config, model, resume_run=True, progress=progress, mesh=mesh)
     diagnose(rundir.root)
     plot(rundir.root)
     return rundir

@@ -48,32 +48,50 @@ def cross_power(
     numpy.ndarray, shape (..., nbins)
         NaN for empty bins.
     """
-    a = np.asarray(field_a, dtype=float)
-    grid = a.shape[-3:]
-    fa = np.fft.rfftn(a, axes=(-3, -2, -1))
-    fb = fa if field_b is None else np.fft.rfftn(np.asarray(field_b, float), axes=(-3, -2, -1))
-    kbins = np.asarray(kbin_index).astype(int)
-    weights = np.full(kbins.shape, 2.0)
-    weights[..., 0] = 1.0
+    fa = _rfft3(field_a)
+    fb = fa if field_b is None else _rfft3(field_b)
+    grid = (*fa.shape[-3:-1], np.shape(field_a)[-1])
+    kbins = np.asarray(kbin_index)
+    w_last = np.full(kbins.shape[-1], 2.0)
+    w_last[0] = 1.0
     if grid[2] % 2 == 0:
-        weights[..., -1] = 1.0
-    valid = (kbins >= 0) & (kbins < nbins)
-    labels = kbins[valid]
-    w = weights[valid]
-    prod = (fa * fb.conj()).real[..., valid]  # (..., m)
-    del fa, fb
-    # Weighted bin sums with bincount: a dense (modes x bins) one-hot matrix would be
-    # 15 GB at 256³ (8.5M modes x 220 bins in float64).
-    batch = prod.shape[:-1]
-    rows = prod.reshape(-1, labels.size)
-    sums = np.stack([np.bincount(labels, weights=w * row, minlength=nbins) for row in rows])
-    norm = np.bincount(labels, weights=w, minlength=nbins)
+        w_last[-1] = 1.0
+    # Weighted bin sums with bincount, one k_x plane at a time: a dense (modes x bins)
+    # one-hot matrix would be 15 GB at 256³ (8.5M modes x 220 bins in float64), and
+    # whole-grid products, masks and labels were ~10 fields more than the transforms.
+    batch = np.broadcast_shapes(fa.shape[:-3], fb.shape[:-3])
+    sums = np.zeros((math.prod(batch), nbins))
+    norm = np.zeros(nbins)
+    for i in range(grid[0]):
+        lab = kbins[i]
+        valid = (lab >= 0) & (lab < nbins)
+        labels = lab[valid]
+        w = np.broadcast_to(w_last, lab.shape)[valid]
+        prod = (fa[..., i, :, :] * fb[..., i, :, :].conj()).real  # (..., n1, m)
+        rows = np.broadcast_to(prod, (*batch, *lab.shape))[..., valid].reshape(-1, labels.size)
+        for r, row in enumerate(rows):
+            sums[r] += np.bincount(labels, weights=w * row, minlength=nbins)
+        norm += np.bincount(labels, weights=w, minlength=nbins)
     with np.errstate(divide="ignore", invalid="ignore"):
         power = (sums / norm).reshape((*batch, nbins))
     if box_size is not None:
         side = np.broadcast_to(np.asarray(box_size, dtype=float), (3,))
         power = power * float(np.prod(side)) / float(np.prod(grid)) ** 2
     return power
+
+
+def _rfft3(x: ArrayLike) -> np.ndarray:
+    """``numpy.fft.rfftn`` over the last three axes, complex128, without a float64 copy
+    of ``x``: the last two axes one plane at a time, then the first one slab at a time."""
+    x = np.asarray(x)
+    n0, n1, n2 = x.shape[-3:]
+    out = np.empty((*x.shape[:-1], n2 // 2 + 1), np.complex128)
+    for i in range(n0):
+        plane = np.fft.rfft(x[..., i, :, :].astype(float), axis=-1)
+        out[..., i, :, :] = np.fft.fft(plane, axis=-2)
+    for j in range(n1):
+        out[..., :, j, :] = np.fft.fft(out[..., :, j, :], axis=-2)
+    return out
 
 
 def transfer_function(power: ArrayLike, power_truth: ArrayLike) -> np.ndarray:
@@ -162,12 +180,52 @@ def coverage(
         ``probs`` (list), ``coverage`` (array, one per prob), ``num_elements``, and
         ``per_label`` (array (num_labels, len(probs))) when ``labels`` is given.
     """
-    t = np.asarray(truth, dtype=float)
+    t = np.asarray(truth)
+    if not np.issubdtype(t.dtype, np.floating):
+        t = t.astype(float)
+    flat_t = t.reshape(-1)
+    lab = num = None
+    if labels is not None:
+        lab = np.asarray(labels)
+        lab = lab.astype(np.intp, copy=False) if lab.shape == t.shape else lab.astype(int)
+        lab = np.broadcast_to(lab, t.shape).reshape(-1)
+        num = int(lab.max()) + 1 if num_labels is None else int(num_labels)
+    # Counted block by block: no (probs x elements) array of bounds or of hits exists
+    # (at 256³ those were ~20 fields of float64); sums of 0/1 are exact, so the
+    # fractions are those of the whole at once.
+    hits: np.ndarray | None = None
+    inside_count: np.ndarray | None = None
+    label_count = np.zeros(num or 0)
+
+    def count(start: int, stop: int, bounds) -> None:
+        nonlocal hits, inside_count
+        tb = flat_t[start:stop]
+        inside = np.stack([(lo <= tb) & (tb <= hi) for lo, hi in bounds], axis=-1)
+        block_count = inside.sum(axis=0)
+        inside_count = block_count if inside_count is None else inside_count + block_count
+        if lab is not None:
+            lb = lab[start:stop]
+            ok = (lb >= 0) & (lb < num)
+            label_count[:] += np.bincount(lb[ok], minlength=num)[:num]
+            block_hits = np.stack(
+                [
+                    np.bincount(lb[ok], weights=inside[ok, i], minlength=num)[:num]
+                    for i in range(len(bounds))
+                ],
+                axis=-1,
+            )
+            hits = block_hits if hits is None else hits + block_hits
+
     if isinstance(draws_or_intervals, Mapping):
         probs = [float(p) for p in draws_or_intervals]
-        bounds = [
-            (np.asarray(lo, float), np.asarray(hi, float)) for lo, hi in draws_or_intervals.values()
-        ]
+        count(
+            0,
+            flat_t.size,
+            [
+                (np.asarray(lo, float).reshape(-1), np.asarray(hi, float).reshape(-1))
+                for lo, hi in draws_or_intervals.values()
+            ],
+        )
     else:
         d = _as_draws(draws_or_intervals)  # an h5py.Dataset (view) is read in slabs
         if tuple(d.shape[sample_ndim:]) != t.shape:
@@ -179,35 +237,20 @@ def coverage(
         # view of e.g. a (draw, chain) -> (chain, draw) swapaxes.
         num_samples = math.prod(d.shape[:sample_ndim])
         step = chunk_size or max(1, _CHUNK_ELEMENTS // max(1, num_samples))
-        quant = np.empty((len(qs), t.size))
         for start, stop, cols in _column_blocks(d, step, sample_ndim):
             # astype makes the one (contiguous) copy; the reshape is then a view
             block = cols.astype(float).reshape(num_samples, -1)
-            quant[:, start:stop] = np.quantile(block, qs, axis=0)
-        quant = quant.reshape((len(qs),) + t.shape)
-        bounds = [(quant[2 * i], quant[2 * i + 1]) for i in range(len(probs))]
-    inside = np.stack([(lo <= t) & (t <= hi) for lo, hi in bounds], axis=-1)
-    inside = inside.reshape(-1, len(probs)).astype(float)
+            quant = np.quantile(block, qs, axis=0)
+            count(start, stop, [(quant[2 * i], quant[2 * i + 1]) for i in range(len(probs))])
     out: dict[str, Any] = {
         "probs": probs,
-        "coverage": inside.mean(axis=0),
-        "num_elements": int(inside.shape[0]),
+        "coverage": inside_count / flat_t.size,
+        "num_elements": int(flat_t.size),
     }
-    if labels is not None:
-        lab = np.broadcast_to(np.asarray(labels).astype(int), t.shape).reshape(-1)
-        num = int(lab.max()) + 1 if num_labels is None else int(num_labels)
-        ok = (lab >= 0) & (lab < num)
-        counts = np.bincount(lab[ok], minlength=num)[:num].astype(float)
-        hits = np.stack(
-            [
-                np.bincount(lab[ok], weights=inside[ok, i], minlength=num)[:num]
-                for i in range(len(probs))
-            ],
-            axis=-1,
-        )
+    if lab is not None:
         with np.errstate(divide="ignore", invalid="ignore"):
-            out["per_label"] = hits / counts[:, None]
-        out["per_label_count"] = counts.astype(int)
+            out["per_label"] = hits / label_count[:, None]
+        out["per_label_count"] = label_count.astype(int)
     return out
 
 

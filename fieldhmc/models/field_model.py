@@ -154,13 +154,21 @@ class FieldModel(abc.ABC):
 
         kmag = grid.kmag()
         self._is_pos = kmag > 0
-        self._log_k_ratio = np.log(np.where(self._is_pos, kmag, power.k_pivot) / power.k_pivot)
-        self._log_shape = power.log_shape(kmag)
         self._mode_of_real = np.asarray(self.packing.mode_of_real, dtype=np.int32)
         self._is_mean_coordinate = (self._mode_of_real == 0).reshape(grid.grid_shape)
         self._check_power(kmag)
 
     # --- power spectrum on the grid --------------------------------------------------
+    def _power_terms_np(self) -> tuple[np.ndarray, np.ndarray]:
+        """float64 ``log(k / k_pivot)`` and ``log_shape(k)`` on the half-spectrum (0 at
+        ``k = 0``), the inputs of :func:`power_from_terms`. Made on demand, not kept: only
+        models with sampled hyperparameters read them in their density (two float64
+        half-spectra, ~2 fields: 1 GiB at 512³)."""
+        kmag = self.grid.kmag()
+        k_pivot = self.power.k_pivot
+        log_k_ratio = np.log(np.where(self._is_pos, kmag, k_pivot) / k_pivot)
+        return log_k_ratio, self.power.log_shape(kmag)
+
     def _check_power(self, kmag: np.ndarray) -> None:
         p = self.power.numpy(kmag)
         s = p * self.grid.num_cells / self.grid.volume
@@ -190,28 +198,38 @@ class FieldModel(abc.ABC):
             self.grid.grid_shape
         )
 
-    def _constants(self, field_only: bool = False) -> dict[str, tf.Tensor]:
+    def _constants(
+        self, field_only: bool = False, power_terms: bool = False
+    ) -> dict[str, tf.Tensor]:
         """Tensors of the grid/spectrum constants, made once per public call.
 
         Always made eagerly (``tf.init_scope``), also when called while a function is
         traced, so a ``tf.function`` captures them as inputs rather than embedding them
         as graph constants: XLA keeps an embedded constant resident about 7 times over
         (graph, HLO literal, executable; measured: 64 MiB -> 444 MiB). With
-        ``field_only`` only what :meth:`field_from_latents` needs is made.
+        ``field_only`` only what :meth:`field_from_latents` needs is made. The float64
+        power terms of :meth:`_signal_variance` (``log_k_ratio``, ``log_shape``) are
+        made where the density reads them (sampled hyperparameters), or on request
+        (``power_terms``).
         """
         with tf.init_scope():  # eager even while a function is traced (docstring)
             sampled = bool(self.hyper_names)
             c: dict[str, tf.Tensor] = {"is_pos": tf.constant(self._is_pos)}
-            if not field_only or (sampled and self.parametrization == "noncentred"):
-                c["log_k_ratio"] = tf.constant(self._log_k_ratio, tf.float64)
-                c["log_shape"] = tf.constant(self._log_shape, tf.float64)
+            if power_terms or (
+                sampled and (not field_only or self.parametrization == "noncentred")
+            ):
+                log_k_ratio, log_shape = self._power_terms_np()
+                c["log_k_ratio"] = tf.constant(log_k_ratio, tf.float64)
+                c["log_shape"] = tf.constant(log_shape, tf.float64)
+                del log_k_ratio, log_shape
             if field_only:
                 if not sampled and self.parametrization == "noncentred":
                     c["sqrt_s"] = tf.constant(np.sqrt(self.signal_variance_np()), self.dtype)
                 return c
-            c["mode_of_real"] = tf.constant(self._mode_of_real)
-            c["is_mean_coordinate"] = tf.constant(self._is_mean_coordinate)
-            if not sampled:
+            if sampled:  # read by _latent_variance only (one int32 field)
+                c["mode_of_real"] = tf.constant(self._mode_of_real)
+                c["is_mean_coordinate"] = tf.constant(self._is_mean_coordinate)
+            else:
                 s = self.signal_variance_np()
                 var = self._latent_variance_np()
                 c["sqrt_s"] = tf.constant(np.sqrt(s), self.dtype)
@@ -280,12 +298,17 @@ class FieldModel(abc.ABC):
                 scale = c["sqrt_s"]
         else:
             scale = tf.cast(c["is_pos"], self.dtype)
-        # tf.complex, not tf.cast: the Cast gradient back to real logs a "discards the
-        # imaginary part" warning at every trace (test_field_model pins this).
         scale = tf.convert_to_tensor(scale, self.dtype)
         if factor != 1.0:
             scale = scale * tf.constant(factor, self.dtype)
-        return modes * tf.complex(scale, tf.zeros_like(scale))
+        # Real and imaginary parts times the real scale: the same numbers as a complex
+        # product with (scale + 0i), but no complex copy of the scale exists. A constant
+        # scale's complex copy (and its conjugate, in the gradient) is loop-invariant, so
+        # XLA hoisted both out of the sampler's loop: two half-spectrum complex buffers
+        # (~2 fields per chain) held through the whole chunk. tf.complex, not tf.cast:
+        # the Cast gradient back to real logs a "discards the imaginary part" warning at
+        # every trace (test_field_model pins this).
+        return tf.complex(tf.math.real(modes) * scale, tf.math.imag(modes) * scale)
 
     def _delta(self, field: tf.Tensor, hp, c) -> tf.Tensor:
         modes = self._modes(field, hp, c)
@@ -336,7 +359,7 @@ class FieldModel(abc.ABC):
             ``[..., n0, n1, n2]`` in the model dtype.
         """
         delta = tf.cast(tf.convert_to_tensor(delta), self.dtype)
-        c = self._constants()
+        c = self._constants(power_terms=True)
         modes = rfft3d(delta, norm="ortho")
         if self.parametrization == "noncentred":
             hp = {n: hyperparameters.get(n) for n in self.hyper_names}

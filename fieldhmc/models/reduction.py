@@ -27,7 +27,7 @@ import math
 
 import tensorflow as tf
 
-__all__ = ["BLOCK", "reduce_sum_float64"]
+__all__ = ["BLOCK", "reduce_sum_float64", "reduce_sum_squares_float64"]
 
 #: Consecutive float32 terms summed in float32 before the float64 accumulation.
 BLOCK = 16
@@ -71,6 +71,54 @@ def reduce_sum_float64(terms: tf.Tensor, event_ndims: int = 3, block: int = BLOC
     blocks = tf.reshape(terms, tf.concat([batch, [math.prod(event) // k, k]], 0))
     partial = tf.reduce_sum(blocks, axis=-1)
     return tf.reduce_sum(tf.cast(partial, tf.float64), axis=-1)
+
+
+def reduce_sum_squares_float64(x: tf.Tensor, event_ndims: int = 3, block: int = BLOCK) -> tf.Tensor:
+    """Sum the squares of the last ``event_ndims`` axes of ``x`` in float64, exactly per term.
+
+    .. math:: S = \\sum_{b} \\sum_{x \\in b} \\mathrm{float64}(x)^2
+
+    over blocks :math:`b` of ``block`` consecutive values of the last axis. For float32 ``x``
+    every square is exact in float64 (at most 48 significant bits): the only error is the
+    float64 rounding of the additions, a few :math:`\\epsilon_{64} S` (:math:`10^{-8}`
+    at :math:`S \\approx 7 \\times 10^7`, the kinetic energy at 512³), where
+    :func:`reduce_sum_float64` of float32 squares would err by
+    :math:`\\sim \\sqrt N\\, \\epsilon_{32}` (:math:`10^{-3}`). The blocking only keeps
+    XLA:CPU from writing a float64 copy of ``x`` before the reduction (see the module
+    docstring); a last axis whose length no block size ``block, block/2, ..., 2``
+    divides is summed term by term.
+
+    Parameters
+    ----------
+    x : tf.Tensor
+        Real ``[..., *event]`` of any float dtype; the event shape must be static.
+    event_ndims : int
+        Number of trailing axes to reduce.
+    block : int
+        Number of consecutive squares summed before the accumulation over blocks.
+
+    Returns
+    -------
+    tf.Tensor
+        float64 ``[...]``.
+    """
+    x = tf.convert_to_tensor(x)
+    if event_ndims == 0:
+        return tf.square(tf.cast(x, tf.float64))
+    axes = list(range(-event_ndims, 0))
+    last = x.shape[-1]
+    k = 1
+    if last is not None:
+        k = next((b for b in _halvings(block) if last % b == 0), 1)
+    if k == 1:
+        return tf.reduce_sum(tf.square(tf.cast(x, tf.float64)), axis=axes)
+    # Blocks of k consecutive values along the last axis, summed by additions of strided
+    # slices: a float64 reduce over a block axis would be merged by XLA with the one
+    # over blocks (and read a float64 copy of x), a reshape to blocks makes a copy of x.
+    partial = tf.square(tf.cast(x[..., 0::k], tf.float64))
+    for j in range(1, k):
+        partial = partial + tf.square(tf.cast(x[..., j::k], tf.float64))
+    return tf.reduce_sum(partial, axis=axes)
 
 
 def _halvings(block: int) -> list[int]:

@@ -23,11 +23,12 @@ each update.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -36,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python import xla
 
+from fieldhmc.ops.gradient_registry import releases_custom_gradients
 from fieldhmc.samplers.checkpoint import load_checkpoint, save_checkpoint
 from fieldhmc.samplers.kernels import (
     KINDS,
@@ -163,7 +165,7 @@ class TraceSink(Protocol):
 
 
 # The per-transition field statistics (the field from the latents, its P(k), the tracked
-# modes and the float64 running moments) cost about one gradient of the model: 12.4 ms
+# modes and the running moments) cost about one gradient of the model: 12.4 ms
 # against 11.7 ms at 64³ x 4 chains (issue 13). Kernels with few gradients per transition
 # update the running moments only every k-th transition, k such that they cost at most
 # FIELD_STATS_BUDGET of the transition's gradients.
@@ -269,6 +271,8 @@ class _RunState:
     warmup_gradient_evaluations: int = 0
     sampling_seconds: float = 0.0  # this process only (not checkpointed)
     sampling_gradients: int = 0
+    # ``scales`` as the chunk's tensors, made once per metric (see Sampler._scale_tensors)
+    scale_tensors: list | None = None
 
 
 def _skeleton(t):
@@ -283,7 +287,7 @@ class _Carry:
 
     Parts (each a nest of tensors): ``x`` (latent state per part, ``[chains, ...]``),
     ``results`` (slim kernel results, :func:`~fieldhmc.samplers.kernels.slim_results`),
-    ``fw`` (float64 running moments of the field draws) and ``lw`` (of the latent
+    ``fw`` (running moments of the field draws, in the field's dtype) and ``lw`` (of the latent
     state, only with ``adapt_diagonal``).
 
     Why variables: ``tf.function`` does not donate its arguments, so state passed in
@@ -388,9 +392,14 @@ class Sampler:
         self.part_names = tuple(part_names)
         self.initial_scales = [np.asarray(s) for s in scales]
         self.field_outputs = field_outputs
-        self._lp64 = tf.function(self._lp64_impl, jit_compile=True, autograph=False)
-        self._bootstrap = tf.function(self._bootstrap_impl, jit_compile=True, autograph=False)
-        self._chunk = tf.function(self._chunk_impl, jit_compile=True, autograph=False)
+        # Every gradient of these is taken inside their traces: what the model's custom
+        # gradients register there is dropped, so that the traced graphs -- with the
+        # carried variables and the model's captured constants -- die with the sampler
+        # (TF leaks them otherwise: fieldhmc.ops.gradient_registry).
+        compile_fn = functools.partial(tf.function, jit_compile=True, autograph=False)
+        self._lp64 = compile_fn(releases_custom_gradients(self._lp64_impl))
+        self._bootstrap = compile_fn(releases_custom_gradients(self._bootstrap_impl))
+        self._chunk = compile_fn(releases_custom_gradients(self._chunk_impl))
         self._field_slots: int | None = None  # set by run() before the first trace
         self._carry = _Carry()  # loaded by run(); the compiled chunk updates it in place
 
@@ -544,7 +553,7 @@ class Sampler:
                     values["tracked_real"], values["tracked_imag"] = out[1], out[2]
                 fw = tf.cond(
                     is_moment,
-                    lambda: _welford_update(fw, [tf.cast(delta, tf.float64)]),
+                    lambda: _welford_update(fw, [delta]),
                     lambda: fw,
                 )
                 if fo.store_fields:
@@ -599,7 +608,14 @@ class Sampler:
     def _scales_tensors(self, scales, dtype):
         return [tf.constant(sc, dtype) for sc in scales]
 
-    def _fresh_state(self, init_state: Sequence[np.ndarray]) -> _RunState:
+    def _scale_tensors(self, rs: _RunState) -> list:
+        """``rs.scales`` as tensors, made once per metric and kept in ``rs``: made per
+        chunk call, a field-sized metric existed once more during every chunk."""
+        if rs.scale_tensors is None:
+            rs.scale_tensors = self._scales_tensors(rs.scales, self._carry.dtype)
+        return rs.scale_tensors
+
+    def _fresh_state(self, init_state: Iterable[np.ndarray]) -> _RunState:
         x = [np.asarray(p) for p in init_state]
         if x[0].shape[0] != self.settings.num_chains:
             raise ValueError(
@@ -609,8 +625,9 @@ class Sampler:
             if not np.all(np.isfinite(p)):
                 raise ValueError(f"initial state of {name!r} contains NaN or Inf")
         dtype = tf.as_dtype(x[0].dtype)
+        # Views of the initial scales where their shape and dtype already fit (no copy).
         scales = [
-            np.broadcast_to(s, p.shape[1:]).astype(p.dtype)
+            np.asarray(np.broadcast_to(s, p.shape[1:]), p.dtype)
             for s, p in zip(self.initial_scales, x, strict=True)
         ]
         reference = self._lp64([tf.constant(p) for p in x]).numpy()
@@ -633,10 +650,14 @@ class Sampler:
         return _zero_welford([p.shape[1:] for p in x] if self.settings.adapt_diagonal else [])
 
     def _zero_welford_field(self, x):
+        # The field's running moments in the field's dtype: float32 for float32 models
+        # (relative error ~1e-7 sqrt(draws), far below any Monte Carlo error), which
+        # halves what they hold -- the carried mean and M2 and the compiled chunk's
+        # copy of both in its moment branch: 8 -> 4 field-sized buffers per chain.
         if self.field_outputs is None:
             return _zero_welford([()])
         delta = self.field_outputs.field_fn(*[tf.constant(p) for p in x])
-        return _zero_welford([tuple(delta.shape[1:])])
+        return _zero_welford([tuple(delta.shape[1:])], delta.dtype.as_numpy_dtype)
 
     def _checkpoint(self, directory: Path, rs: _RunState) -> None:
         carry = self._carry
@@ -706,7 +727,7 @@ class Sampler:
             new_scales.append(np.sqrt(var).astype(p.dtype))
         dtype = tf.as_dtype(x[0].dtype)
         step_size = np.asarray(self._carry.numpy("results").new_step_size)
-        rs.scales = new_scales
+        rs.scales, rs.scale_tensors = new_scales, None
         results = self._bootstrap(
             self._to_u(x, new_scales),
             self._scales_tensors(new_scales, dtype),
@@ -721,7 +742,7 @@ class Sampler:
         self,
         sink: TraceSink,
         checkpoint_dir: Path,
-        init_state: Sequence[np.ndarray] | None = None,
+        init_state: Iterable[np.ndarray] | None = None,
         *,
         resume: bool = False,
         progress: bool = True,
@@ -737,8 +758,10 @@ class Sampler:
             Receives post-warm-up traces (every ``thin``-th draw) and thinned fields.
         checkpoint_dir : Path
             Written after every chunk; read when ``resume``.
-        init_state : sequence of array, optional
-            ``[chains, ...]`` per part; required unless ``resume``.
+        init_state : iterable of array, optional
+            ``[chains, ...]`` per part; required unless ``resume``. Pass an iterator
+            (e.g. a generator) to keep no second copy of the initial state alive
+            during the run: the sampler's variables then hold the only one.
         max_chunks : int, optional
             Stop after this many chunks (tests use it to simulate a kill).
         tensorboard_dir : Path, optional
@@ -754,7 +777,8 @@ class Sampler:
             chains), ``sampling_seconds`` and ``sampling_batched_gradients`` (compute
             time and batched gradient evaluations of the post-warm-up chunks in this
             process), final ``scales``,
-            ``field_mean``/``field_var`` (float64, or None), ``latent_state``.
+            ``field_mean``/``field_var`` (in the field's dtype, or None),
+            ``latent_state``.
         """
         s = self.settings
         if resume:
@@ -807,7 +831,7 @@ class Sampler:
             rs.reference = new_ref
             chunk_start = time.perf_counter()
             bufs, field_buf, nfields = self._chunk(
-                self._scales_tensors(rs.scales, dtype),
+                self._scale_tensors(rs),
                 tf.constant(rs.reference),
                 delta,
                 seed,
@@ -903,26 +927,34 @@ def tuned_parameters(kind: str, results, scales) -> dict:
     return {"step_size": float(np.mean(np.asarray(step)))}
 
 
-def _zero_welford(shapes: Sequence[tuple]) -> list[np.ndarray]:
-    """[count, mean_0, m2_0, mean_1, m2_1, ...] in float64, pooled over chains."""
+def _zero_welford(shapes: Sequence[tuple], dtype=np.float64) -> list[np.ndarray]:
+    """[count, mean_0, m2_0, mean_1, m2_1, ...], pooled over chains: the count in
+    float64, the moments in ``dtype``."""
     out = [np.zeros([], np.float64)]
     for shape in shapes:
-        out += [np.zeros(shape, np.float64), np.zeros(shape, np.float64)]
+        out += [np.zeros(shape, dtype), np.zeros(shape, dtype)]
     return out
 
 
 def _welford_update(acc, parts):
-    """Merge one step's chains into the running (count, mean, M2) -- Chan et al. 1979."""
+    """Merge one step's chains into the running (count, mean, M2) -- Chan et al. 1979.
+
+    ``parts`` are cast to the accumulators' dtype; so are the counts (exact integers
+    in float32 up to 2**24 draws), so float64 accumulators compute what they always did.
+    """
     count = acc[0]
     nb = tf.cast(tf.shape(parts[0])[0], tf.float64)
     total = count + nb
     out = [total]
     for i, p in enumerate(parts):
         mean, m2 = acc[1 + 2 * i], acc[2 + 2 * i]
+        dt = mean.dtype
+        p = tf.cast(p, dt)
+        c, n, t = tf.cast(count, dt), tf.cast(nb, dt), tf.cast(total, dt)
         mb = tf.reduce_mean(p, axis=0)
         m2b = tf.reduce_sum(tf.square(p - mb), axis=0)
         d = mb - mean
-        out += [mean + d * nb / total, m2 + m2b + tf.square(d) * count * nb / total]
+        out += [mean + d * n / t, m2 + m2b + tf.square(d) * c * n / t]
     return out
 
 

@@ -21,12 +21,13 @@ from typing import NamedTuple
 
 import tensorflow as tf
 import tensorflow_probability as tfp
+from tensorflow.python.ops import gen_stateless_random_ops_v2, random_ops_util
 from tensorflow_probability.python.internal import samplers as tfp_samplers
 from tensorflow_probability.python.mcmc import hmc as tfp_hmc
 from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
 from tensorflow_probability.python.mcmc.internal import util as mcmc_util
 
-from fieldhmc.models.reduction import reduce_sum_float64
+from fieldhmc.models.reduction import reduce_sum_float64, reduce_sum_squares_float64
 
 __all__ = [
     "KINDS",
@@ -89,6 +90,7 @@ def whiten(
     return fn
 
 
+@tf.autograph.experimental.do_not_convert
 def standard_normal(shape, seed, dtype: tf.DType = tf.float32) -> tf.Tensor:
     r"""Standard-normal draws by inversion of 24 random bits per value (float32).
 
@@ -106,6 +108,14 @@ def standard_normal(shape, seed, dtype: tf.DType = tf.float32) -> tf.Tensor:
     model, once per HMC transition. Other dtypes take TFP HMC's own draw
     (``tfp.random``'s ``samplers.normal``), so float64 runs are unchanged.
 
+    A static shape ``[..., n1, n2]`` of rank >= 3 with :math:`4 \mid n_1 n_2` is drawn
+    one ``[n1, n2]`` slab at a time (``tf.map_fn``; each slab's Philox counter starts
+    :math:`n_1 n_2 / 4` blocks further), with the same values as one draw of the whole
+    shape: under XLA neither the 32-bit words nor the inverse-CDF intermediates exist
+    at full size (each was another field per chain), nor the counters that XLA hoists
+    out of the sampling loop (0.75 field per chain for the whole chunk). Eagerly, Eigen's
+    scalar and vector ``ndtri`` may differ in the last bit at slab ends.
+
     Parameters
     ----------
     shape : sequence of int or int Tensor
@@ -122,9 +132,35 @@ def standard_normal(shape, seed, dtype: tf.DType = tf.float32) -> tf.Tensor:
     dtype = tf.as_dtype(dtype)
     if dtype != tf.float32:
         return tfp_samplers.normal(shape, dtype=dtype, seed=seed)  # TFP HMC's own draw
-    bits = tf.random.stateless_uniform(
-        shape, seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
+    key, counter, alg = random_ops_util.get_key_counter_alg(seed, "philox")
+    static = tf.get_static_value(tf.convert_to_tensor(shape, tf.int32))
+    if static is None or len(static) < 3 or (int(static[-2]) * int(static[-1])) % 4:
+        return _normal_of_bits(_philox_bits(shape, key, counter, alg, 0))
+    rows, size = math.prod(static[:-2].tolist()), int(static[-2]) * int(static[-1])
+
+    def slab(i):
+        return _normal_of_bits(_philox_bits([size], key, counter, alg, i * (size // 4)))
+
+    z = tf.map_fn(slab, tf.range(rows, dtype=tf.int64), fn_output_signature=tf.float32)
+    return tf.reshape(z, static)
+
+
+@tf.autograph.experimental.do_not_convert
+def _philox_bits(shape, key, counter, alg, skip) -> tf.Tensor:
+    """Philox words of ``tf.random.stateless_uniform(..., dtype=tf.uint32)`` starting
+    ``skip`` 128-bit blocks (4 words each) into its stream: the low 64 bits of the
+    counter advance by ``skip``, with the carry into the high 64 bits."""
+    skip = tf.cast(skip, tf.uint64)
+    low = counter[0] + skip
+    high = counter[1] + tf.cast(low < counter[0], tf.uint64)
+    return gen_stateless_random_ops_v2.stateless_random_uniform_full_int_v2(
+        shape, key, tf.stack([low, high]), alg, dtype=tf.uint32
     )
+
+
+@tf.autograph.experimental.do_not_convert
+def _normal_of_bits(bits) -> tf.Tensor:
+    """:func:`standard_normal`'s map from 32 random bits to a float32 normal quantile."""
     k = tf.bitcast(tf.bitwise.right_shift(bits, tf.constant(9, tf.uint32)), tf.int32)
     z = tf.math.ndtri(tf.cast(2 * k + 1, tf.float32) * (2.0**-25))  # < 0
     is_negative = tf.bitwise.bitwise_and(bits, tf.constant(1, tf.uint32)) > 0
@@ -132,13 +168,21 @@ def standard_normal(shape, seed, dtype: tf.DType = tf.float32) -> tf.Tensor:
 
 
 def kinetic_energy_change(initial_momentum, final_momentum) -> tf.Tensor:
-    r""":math:`\tfrac12 \sum (p_0^2 - p_1^2)` per chain, summed in float64.
+    r""":math:`\tfrac12 \sum p_0^2 - \tfrac12 \sum p_1^2` per chain, in float64.
 
     TFP 0.25's HMC (``hmc._compute_log_acceptance_correction``) takes the two sums of
     squares in the state dtype: at 256³ each is :math:`\approx 8 \times 10^6`, where the
     float32 spacing is 1, so the Metropolis log ratio is off by up to ~0.5 (by ~4 at
-    512³). Here the terms :math:`(p_0 - p_1)(p_0 + p_1)` are formed in the state dtype
-    and reduced in float64 (:func:`fieldhmc.models.reduction.reduce_sum_float64`).
+    512³). Here each sum is taken on its own, exactly per term
+    (:func:`fieldhmc.models.reduction.reduce_sum_squares_float64`: the square of a
+    float32 value is exact in float64), so the difference carries only float64 rounding
+    (:math:`\sim 10^{-8}` at 512³). Each sum needs one momentum only: under XLA the
+    initial one is reduced right after the draw, and the initial momentum is not kept
+    alive through the trajectory (one field per chain less at the compiled step's
+    peak than forming :math:`(p_0 - p_1)(p_0 + p_1)` at its end). Parts of at most
+    :data:`MIN_SEPARATE_SUM_SIZE` coordinates per chain (scalars, small vectors) keep
+    the terms :math:`(p_0 - p_1)(p_0 + p_1)` reduced in float64, so the draws of such
+    states are unchanged.
 
     Parameters
     ----------
@@ -150,10 +194,39 @@ def kinetic_energy_change(initial_momentum, final_momentum) -> tf.Tensor:
     tf.Tensor
         ``[chains]`` in the momenta's dtype.
     """
+    return _kinetic_energy_change(initial_momentum, final_momentum, None)
+
+
+#: Momentum parts with more coordinates per chain than this are summed on their own
+#: (:func:`kinetic_energy_change`); smaller ones, whose initial momentum costs nothing to
+#: keep, as :math:`(p_0 - p_1)(p_0 + p_1)` (the draws of such states are unchanged).
+MIN_SEPARATE_SUM_SIZE = 4096
+
+
+def _is_large(p) -> bool:
+    return p.shape[1:].is_fully_defined() and math.prod(p.shape[1:]) > MIN_SEPARATE_SUM_SIZE
+
+
+def _kinetic_float64(momentum_parts) -> tf.Tensor | float:
+    """Sum of the squared large momentum parts per chain, in float64 (``[chains, ...]``)."""
+    return sum(
+        reduce_sum_squares_float64(p, event_ndims=p.shape.rank - 1)
+        for p in momentum_parts
+        if _is_large(p)
+    )
+
+
+def _kinetic_energy_change(initial_momentum, final_momentum, initial_sum) -> tf.Tensor:
+    """:func:`kinetic_energy_change` given ``_kinetic_float64(initial_momentum)`` (or None)."""
+    if initial_sum is None:
+        initial_sum = _kinetic_float64(initial_momentum)
     total = 0.0
     for p0, p1 in zip(initial_momentum, final_momentum, strict=True):
-        terms = (p0 - p1) * (p0 + p1)
-        total = total + reduce_sum_float64(terms, event_ndims=terms.shape.rank - 1)
+        if not _is_large(p0):
+            terms = (p0 - p1) * (p0 + p1)
+            total = total + reduce_sum_float64(terms, event_ndims=terms.shape.rank - 1)
+    if any(_is_large(p) for p in initial_momentum):
+        total = total + (initial_sum - _kinetic_float64(final_momentum))
     return tf.cast(0.5 * total, initial_momentum[0].dtype)
 
 
@@ -186,16 +259,30 @@ class _FieldUncalibratedHMC(tfp.mcmc.UncalibratedHamiltonianMonteCarlo):
                 standard_normal(tf.shape(x), s, x.dtype)
                 for s, x in zip(seeds, state_parts, strict=True)
             ]
+            is_float32 = all(x.dtype == tf.float32 for x in state_parts)
+            initial_target_log_prob = target_log_prob
+            if is_float32 and any(_is_large(p) for p in momentum_parts):
+                initial_kinetic = _kinetic_float64(momentum_parts)
+                # A data dependency of the trajectory on the initial kinetic energy (adds
+                # an exact zero: the draws are bounded, so it is finite): XLA then sums
+                # it before the leapfrog loop and frees the initial momentum, instead of
+                # fusing the sum with the final one after the loop (one field per chain
+                # live through the whole trajectory).
+                initial_target_log_prob += tf.cast(0.0 * initial_kinetic, target_log_prob.dtype)
             integrator = leapfrog_impl.SimpleLeapfrogIntegrator(
                 self.target_log_prob_fn, step_sizes, num_leapfrog_steps
             )
             next_momentum, next_state, next_target_log_prob, next_grads = integrator(
-                momentum_parts, state_parts, target_log_prob, grad_parts
+                momentum_parts, state_parts, initial_target_log_prob, grad_parts
             )
             if self.state_gradients_are_stopped:
                 next_state = [tf.stop_gradient(x) for x in next_state]
-            if all(x.dtype == tf.float32 for x in state_parts):
-                correction = kinetic_energy_change(momentum_parts, next_momentum)
+            if is_float32:
+                correction = _kinetic_energy_change(
+                    momentum_parts,
+                    next_momentum,
+                    initial_kinetic if any(_is_large(p) for p in momentum_parts) else None,
+                )
             else:  # float64 sums already: TFP's, so float64 draws stay bit-identical
                 correction = tfp_hmc._compute_log_acceptance_correction(
                     momentum_parts, next_momentum, tf.rank(target_log_prob)
@@ -386,6 +473,10 @@ class StepStats(NamedTuple):
 
 
 def _kinetic(momentum_parts) -> tf.Tensor:
+    """Unit kinetic energy per chain; for float32 the float64 sum of
+    :func:`kinetic_energy_change`, which XLA then computes once for both."""
+    if all(p.dtype == tf.float32 for p in momentum_parts) and all(map(_is_large, momentum_parts)):
+        return tf.cast(0.5 * _kinetic_float64(momentum_parts), tf.float32)
     return sum(
         0.5 * tf.reduce_sum(tf.square(p), axis=tf.range(1, tf.rank(p))) for p in momentum_parts
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,8 @@ from fieldhmc.samplers.driver import (
     FieldOutputs,
     Sampler,
     SamplerSettings,
+    _welford_update,
+    _zero_welford,
     adaptation_windows,
     field_stats_every,
 )
@@ -352,8 +356,12 @@ def test_mclmc_field_moments_every_kth_transition_and_resume(tmp_path):
     draws = fields["draws"].astype(np.float64).reshape(-1, D)  # every 5th transition
     assert fields["draws"].shape[:2] == (8, 4)  # ceil(37 / 5) draws of 4 chains
     assert full["field_moments_every"] == 5 and full["field_moments_draws"] == draws.shape[0]
-    np.testing.assert_allclose(full["field_mean"], draws.mean(axis=0), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(full["field_var"], draws.var(axis=0, ddof=1), rtol=1e-10)
+    # Float32 states keep float32 moments (issue 14: half the memory); their Welford
+    # rounding (~1e-7 relative here) is far below the gap to every transition's moments
+    # (~0.2 sd with 32 draws), which this tells apart.
+    assert full["field_mean"].dtype == full["field_var"].dtype == np.float32
+    np.testing.assert_allclose(full["field_mean"], draws.mean(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(full["field_var"], draws.var(axis=0, ddof=1), rtol=1e-5)
     # P(k) of every stored draw (thin = 1: every transition), none skipped.
     x_all = traces["power"][..., 0]
     assert x_all.shape == (37, 4) and np.all(x_all > 0)
@@ -367,3 +375,52 @@ def test_mclmc_field_moments_every_kth_transition_and_resume(tmp_path):
     for name in ("field_mean", "field_var"):
         assert full[name].tobytes() == resumed[name].tobytes(), name
     assert resumed["field_moments_draws"] == full["field_moments_draws"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_running_moments_keep_the_fields_dtype(dtype):
+    """The field's running moments accumulate in the field's dtype: float64 fields to
+    float64 rounding (as before issue 14), float32 fields in float32 (half the memory)."""
+    rng = np.random.default_rng(3)
+    draws = (3.0 + rng.standard_normal((60, 4, 5, 6))).astype(dtype)  # [step, chain, ...]
+    acc = [tf.constant(a) for a in _zero_welford([(5, 6)], dtype)]
+    for step in draws:
+        acc = _welford_update(acc, [tf.constant(step)])
+    count, mean, m2 = (np.asarray(a) for a in acc)
+    flat = draws.astype(np.float64).reshape(-1, 5, 6)
+    assert count.dtype == np.float64 and float(count) == flat.shape[0]
+    assert mean.dtype == m2.dtype == dtype
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(mean, flat.mean(axis=0), rtol=tol)
+    np.testing.assert_allclose(m2 / (count - 1), flat.var(axis=0, ddof=1), rtol=tol)
+
+
+def test_a_finished_sampler_leaves_no_traced_graph_alive(tmp_path):
+    """A target with a custom gradient (as the models' FFTs and packing have): once the
+    sampler is gone, so are its traced graphs and what they captured -- the carried
+    variables, the model's constants. TensorFlow's registry of custom gradients kept them
+    for the life of the process (fieldhmc.ops.gradient_registry)."""
+    from tensorflow.python.framework.func_graph import FuncGraph
+
+    @tf.custom_gradient
+    def identity(x):
+        return tf.identity(x), lambda dy: dy
+
+    def target(x, h):
+        return gaussian_target(identity(x), h)
+
+    settings = SamplerSettings(
+        kind="hmc", num_chains=2, num_burnin_steps=2, num_results=2, chunk_size=4
+    )
+    sampler = Sampler(target, settings, ["x", "h"], [SD, np.float32(2.0)])
+    sampler.run(MemorySink(), tmp_path, _init(chains=2), progress=False)
+    names = ("_lp64_impl", "_bootstrap_impl", "_chunk_impl")
+    graphs = [
+        weakref.ref(o)
+        for o in gc.get_objects()
+        if isinstance(o, FuncGraph) and o.name.startswith(names)
+    ]
+    assert len(graphs) == 3
+    del sampler
+    gc.collect()
+    assert [g().name for g in graphs if g() is not None] == []
