@@ -412,14 +412,19 @@ def test_a_finished_sampler_leaves_no_traced_graph_alive(tmp_path):
     settings = SamplerSettings(
         kind="hmc", num_chains=2, num_burnin_steps=2, num_results=2, chunk_size=4
     )
+
+    def func_graphs():
+        names = ("_lp64_impl", "_bootstrap_impl", "_chunk_impl")
+        return {
+            id(o): o
+            for o in gc.get_objects()
+            if isinstance(o, FuncGraph) and o.name.startswith(names)
+        }
+
+    before = func_graphs()  # other tests' samplers, alive or not
     sampler = Sampler(target, settings, ["x", "h"], [SD, np.float32(2.0)])
     sampler.run(MemorySink(), tmp_path, _init(chains=2), progress=False)
-    names = ("_lp64_impl", "_bootstrap_impl", "_chunk_impl")
-    graphs = [
-        weakref.ref(o)
-        for o in gc.get_objects()
-        if isinstance(o, FuncGraph) and o.name.startswith(names)
-    ]
+    graphs = [weakref.ref(g) for i, g in func_graphs().items() if i not in before]
     assert len(graphs) == 3
     del sampler
     gc.collect()

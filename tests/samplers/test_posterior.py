@@ -122,7 +122,11 @@ def _looks_standard_normal(z) -> tuple[bool, str]:
 )
 def test_every_mode_matches_the_analytic_posterior(problem, kind, preconditioner):
     name, model, data, dense = problem
-    draws = _sample(model, data, kind, preconditioner)
+    # NUTS without a metric mixes the slowest here, and 400 draws left its ESS-scaled
+    # z-scores wide (unmasked, seeds 11-13 on an AMD EPYC: sum z^2 1192, 1119, 1092 for
+    # 1024; 1192 fails). 800 draws cost ~2 s more (the compile dominates).
+    num_results = 800 if (kind, preconditioner) == ("nuts", "identity") else 400
+    draws = _sample(model, data, kind, preconditioner, num_results=num_results)
     ok, msg = _looks_standard_normal(_zscores(draws, dense.mean, np.diag(dense.covariance)))
     assert ok, f"{name} {kind}/{preconditioner}: {msg}"
 
