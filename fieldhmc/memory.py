@@ -18,31 +18,28 @@ from fieldhmc.config import Config
 
 __all__ = ["MemoryEstimate", "available_bytes", "check_memory", "estimate_peak_bytes"]
 
-# Measured by ``benchmarks/memory.py`` (system allocator, HMC, 20 stored draws per
-# chain, full run + diagnose + plot + Wiener reference; whole-run peak RSS, MiB):
-#   64³ x 1: 1344   64³ x 4: 1516   128³ x 1: 1717   128³ x 4: 2029
-#   256³ x 1: 4311   256³ x 4: 6810.
-# Per chain (4 - 1 chains): 13.0 fields at 128³ and 256³. The rest, fitted over those
-# two sizes: 1347 MiB (1.41 GB) + 33.3 fields. From 128³ up every run's peak is its
-# sampling phase (the compiled chunk on top of model, data, state and running moments);
-# diagnose, plot and the Wiener reference stay below it (256³ x 1: 39.7, 25.9 and 43.1
-# fields, against 54.3). At 64³ diagnose's non-field memory (~0.5 GB) sets the peak,
-# hence the baseline above the fit. The constants are the fits rounded up (stated
-# margin: estimates 1.07-1.13x the measured peaks), so a config that fits is not
-# refused: 256³ x 4 estimates 8.0 GB (measured 7.1), 256³ x 1 5.1 GB (4.5), 64³ x 4
-# 1.7 GB (1.6); 512³ x 1 29 GB.
+# Measured by ``benchmarks/memory.py`` (system allocator, HMC, 4 leapfrog steps, 20 stored
+# draws per chain, the ``fieldhmc run`` path: sampling, export, diagnose, plot; whole-run
+# peak RSS, MiB; 2026-12-04, benchmarks/README.md):
+#   64³ x 1: 1369   64³ x 4: 1416   128³ x 1: 1615   128³ x 4: 3320 (see below)
+#   256³ x 1: 2691   512³ x 1: 13054.
+# One chain, from 256³ and 512³: 23.1 fields + 1.2 GB; at 64³ and 128³ diagnose's
+# non-field memory (~0.5-0.8 GB) sets the peak, hence the higher baseline. Per chain:
+# 14.5 fields, kept from the 128³/256³ fit of 2026-12-03 (13.0, before this session's cuts,
+# which lower it). The 128³ x 4 run peaked in its field convergence at +2.0 GB over what
+# was resident (the same call alone on the same draws: +0.3 GB): not explained, and above
+# this estimate (2.1 GB).
 
 #: RSS of a run before any field exists: TensorFlow, XLA compiling the chunk, the
-#: diagnostics and plotting stack (fit: 1.41 GB; 64³ runs peak at 1.4-1.6 GB).
+#: diagnostics and plotting stack (64³ and 128³ runs peak at 1.3-1.6 GB).
 BASELINE_BYTES = 1.6e9
-#: Field-sized buffers independent of the number of chains (fit: 33.3): model constants,
-#: data, preconditioner, the float64 running mean and M2 of the field draws, the
-#: compiled programs' constants, what the first chunk leaves resident.
-FIXED_FIELDS = 37.0
-#: Field-sized buffers per chain (fit: 13.0): state and gradient (carried in place, see
-#: ``samplers.driver._Carry``), momentum, proposal, the FFT temporaries and the model's
-#: float64 terms of one leapfrog step (~9 per chain in the compiled chunk's
-#: preallocated temp), the stored-draw slot, the checkpoint's host copies.
+#: Field-sized buffers independent of the number of chains (1 chain: 23.1 fitted, 24
+#: here): model constants, data, truth, preconditioner, what the diagnostics hold.
+FIXED_FIELDS = 9.5
+#: Field-sized buffers per chain: state and gradient (carried in place, see
+#: ``samplers.driver._Carry``), momentum, proposal, the FFT temporaries of one leapfrog
+#: step (the compiled chunk's preallocated temp), the float32 running mean and M2, the
+#: stored-draw slot, the checkpoint's host copies.
 PER_CHAIN_FIELDS = 14.5
 
 
