@@ -26,9 +26,9 @@ __all__ = ["MemoryEstimate", "available_bytes", "check_memory", "estimate_peak_b
 # One chain, from 256³ and 512³: 23.1 fields + 1.2 GB; at 64³ and 128³ diagnose's
 # non-field memory (~0.5-0.8 GB) sets the peak, hence the higher baseline. Per chain:
 # 14.5 fields, kept from the 128³/256³ fit of 2026-12-03 (13.0, before this session's cuts,
-# which lower it). The 128³ x 4 run peaked in its field convergence at +2.0 GB over what
-# was resident (the same call alone on the same draws: +0.3 GB): not explained, and above
-# this estimate (2.1 GB).
+# which lower it). Not covered: runs whose chains have not converged. Their field
+# convergence flags nearly every mode and then holds ~270 field-sizes (128³ x 4: 3320 MiB,
+# 256³ x 4: 17235 MiB, both with 5 warm-up steps; diagnostics/modes.py, issue 14).
 
 #: RSS of a run before any field exists: TensorFlow, XLA compiling the chunk, the
 #: diagnostics and plotting stack (64³ and 128³ runs peak at 1.3-1.6 GB).

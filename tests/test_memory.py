@@ -202,9 +202,8 @@ def test_estimate_grows_with_grid_and_chains():
 
 # Whole-run peaks (MiB) from benchmarks/memory.py, system allocator, HMC, 20 stored
 # draws per chain, the fieldhmc run path (sampling, export, diagnose, plot), 2026-12-04
-# (benchmarks/README.md). Not here: 128³ x 4 (3320 MiB, its field convergence +2.0 GB
-# over the resident set in that run, +0.3 GB alone on the same draws; unexplained, see
-# fieldhmc/memory.py).
+# (benchmarks/README.md). Not here: 128³ x 4 and 256³ x 4 (3320 and 17235 MiB), whose
+# unconverged chains made the field convergence the peak (see fieldhmc/memory.py).
 MEASURED_PEAK_MIB = {
     (64, 1): 1369,
     (64, 4): 1416,
