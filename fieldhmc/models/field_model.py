@@ -221,7 +221,6 @@ class FieldModel(abc.ABC):
                 log_k_ratio, log_shape = self._power_terms_np()
                 c["log_k_ratio"] = tf.constant(log_k_ratio, tf.float64)
                 c["log_shape"] = tf.constant(log_shape, tf.float64)
-                del log_k_ratio, log_shape
             if field_only:
                 if not sampled and self.parametrization == "noncentred":
                     c["sqrt_s"] = tf.constant(np.sqrt(self.signal_variance_np()), self.dtype)
@@ -305,9 +304,9 @@ class FieldModel(abc.ABC):
         # product with (scale + 0i), but no complex copy of the scale exists. A constant
         # scale's complex copy (and its conjugate, in the gradient) is loop-invariant, so
         # XLA hoisted both out of the sampler's loop: two half-spectrum complex buffers
-        # (~2 fields per chain) held through the whole chunk. tf.complex, not tf.cast:
-        # the Cast gradient back to real logs a "discards the imaginary part" warning at
-        # every trace (test_field_model pins this).
+        # (~2 fields, whatever the number of chains) held through the whole chunk.
+        # tf.complex, not tf.cast: the Cast gradient back to real logs a "discards the
+        # imaginary part" warning at every trace (test_field_model pins this).
         return tf.complex(tf.math.real(modes) * scale, tf.math.imag(modes) * scale)
 
     def _delta(self, field: tf.Tensor, hp, c) -> tf.Tensor:

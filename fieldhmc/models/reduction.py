@@ -64,7 +64,7 @@ def reduce_sum_float64(terms: tf.Tensor, event_ndims: int = 3, block: int = BLOC
     k = 1
     if terms.dtype != tf.float64 and event.is_fully_defined():
         size = math.prod(event)
-        k = next((b for b in _halvings(block) if size % b == 0), 1)
+        k = _block_size(size, block)
     if k == 1:
         return tf.reduce_sum(tf.cast(terms, tf.float64), axis=axes)
     batch = tf.shape(terms)[: tf.rank(terms) - event_ndims]
@@ -109,7 +109,7 @@ def reduce_sum_squares_float64(x: tf.Tensor, event_ndims: int = 3, block: int = 
     last = x.shape[-1]
     k = 1
     if last is not None:
-        k = next((b for b in _halvings(block) if last % b == 0), 1)
+        k = _block_size(last, block)
     if k == 1:
         return tf.reduce_sum(tf.square(tf.cast(x, tf.float64)), axis=axes)
     # Blocks of k consecutive values along the last axis, summed by additions of strided
@@ -119,6 +119,11 @@ def reduce_sum_squares_float64(x: tf.Tensor, event_ndims: int = 3, block: int = 
     for j in range(1, k):
         partial = partial + tf.square(tf.cast(x[..., j::k], tf.float64))
     return tf.reduce_sum(partial, axis=axes)
+
+
+def _block_size(size: int, block: int) -> int:
+    """The largest of ``block, block/2, ..., 2`` that divides ``size``; 1 if none does."""
+    return next((b for b in _halvings(block) if size % b == 0), 1)
 
 
 def _halvings(block: int) -> list[int]:
