@@ -101,6 +101,33 @@ def test_field_convergence_streams_stored_draws(stored_draws):
     )
 
 
+def test_field_convergence_of_unconverged_chains_stays_streamed(tmp_path):
+    # Chains far apart flag nearly every mode. The outlier-chain count then gathered
+    # every flagged column of the modes, as float64 with temporaries: 3.7x the draws'
+    # bytes (17 GB of a 256³ x 4 run). The farthest chain is now found in the statistics
+    # pass, one byte per value.
+    rng = np.random.default_rng(4)
+    draws = rng.normal(size=(20, 4, 16, 16, 16)).astype(np.float32)
+    draws += 3 * np.arange(4, dtype=np.float32)[:, None, None, None] * rng.normal(
+        size=(4, 16, 16, 16)
+    ).astype(np.float32)
+    path = tmp_path / "fields.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("draws", data=draws, chunks=(1, 1, 16, 16, 16))
+    kb = _kbins(draws.shape[2:])
+    with h5py.File(path, "r") as f:
+        out, peak = _traced_peak(
+            lambda: diag.field_convergence(
+                ChainDrawView(f["draws"]), kb.index, kb.num_bins, chunk_size=32
+            )
+        )
+    overall = out["overall"]
+    assert overall["num_flagged"] > 0.9 * overall["num_values"]
+    assert int(np.argmax(overall["outlier_chain_counts"])) == 3  # the farthest shifted
+    per_value = 24 * 8 * int(np.prod(draws.shape[2:]))
+    assert peak < 0.5 * draws.nbytes + per_value, (peak, draws.nbytes, per_value)
+
+
 def test_mode_test_keeps_few_bytes_per_value():
     # The multiplicity-aware mode test kept 6 float64 statistics, an int64 index and
     # label, a "<U4" part name and a frozen mask per real value, and SciPy's F survival

@@ -205,7 +205,10 @@ def _mode_statistics(
     ``ratio_tail``: 4 float64); the autocorrelation estimates ``tau_*`` enter only as
     their k-bin sums and counts (``tau_bulk_sums``, ``tau_bulk_counts``, ... of shape
     ``(nbins,)``, finite values only), and the frozen-chain mask only as the number of
-    frozen values per chain (returned, shape ``(chain,)``).
+    frozen values per chain (returned, shape ``(chain,)``). ``farthest`` holds, per value,
+    the chain whose mean is farthest from the others' (:func:`_farthest_chain`, one byte
+    per value for up to 127 chains), so that the flagged values' outlier chains need no
+    second read of ``modes``.
     """
     c, n = modes.shape[:2]
     m = flat_index.size
@@ -214,6 +217,7 @@ def _mode_statistics(
     for key in ("tau_bulk", "tau_tail"):
         out[key + "_sums"] = np.zeros(nbins)
         out[key + "_counts"] = np.zeros(nbins, dtype=np.int64)
+    out["farthest"] = np.zeros(m, dtype=np.int8 if c < 2**7 else np.int32)
     frozen_per_chain = np.zeros(c, dtype=np.int64)
     rows = {key: _STAT_ROWS.index(key) for key in (*keep, "tau_bulk", "tau_tail")}
     step = chunk_size or max(1, _CHUNK_ELEMENTS // (c * n))
@@ -229,6 +233,7 @@ def _mode_statistics(
             where = slice(offset + a, offset + b)
             for key in keep:
                 out[key][where] = stats[rows[key]]
+            out["farthest"][where] = _farthest_chain(block)
             block_labels = labels[where]
             for key in ("tau_bulk", "tau_tail"):
                 tau = stats[rows[key]]
@@ -323,45 +328,27 @@ def _kbin_table(
     return per_bin
 
 
-def _gather_columns(modes: ArrayLike, flat_cols: np.ndarray) -> np.ndarray:
-    """``modes`` as ``(chain, draw, -1)`` at the ascending flat indices ``flat_cols``.
+def _farthest_chain(block: np.ndarray) -> np.ndarray:
+    """Per column of a ``(column, chain, draw)`` block: the chain whose mean is farthest.
 
-    In memory a fancy index; out of core (an ``h5py.Dataset``) one pass over slabs
-    (:func:`~fieldhmc.diagnostics.convergence._column_blocks`) keeping only those columns.
+    Distance of each chain's mean from the mean of the other chains', in units of the
+    pooled draw sd; a single stuck or shifted chain is then the farthest in most of the
+    values it spoils. Zero for one chain.
     """
-    c, n = modes.shape[:2]
-    if isinstance(modes, np.ndarray):
-        return modes.reshape(c, n, -1)[:, :, flat_cols]
-    out = np.empty((c, n, flat_cols.size), modes.dtype)
-    for lo, hi, block in _column_blocks(modes, max(1, _CHUNK_ELEMENTS // (c * n))):
-        a, b = np.searchsorted(flat_cols, [lo, hi])
-        if a < b:
-            out[:, :, a:b] = block[:, :, flat_cols[a:b] - lo]
-    return out
+    c = block.shape[1]
+    if c < 2:
+        return np.zeros(block.shape[0], dtype=int)
+    means = block.mean(axis=2)
+    others = (means.sum(axis=1, keepdims=True) - means) / (c - 1)
+    distance = np.abs(means - others) / (block.std(axis=(1, 2))[:, None] + 1e-300)
+    return np.argmax(distance, axis=1)
 
 
-def _outlier_chains(
-    modes: np.ndarray, flat_index: np.ndarray, num_real: int, idx: np.ndarray
-) -> list[int]:
-    """How often each chain is the one whose mean is farthest from the others', over ``idx``.
-
-    The farthest chain mean, in units of the pooled draw sd, per flagged value; a single
-    stuck or shifted chain then dominates the count.
-    """
-    c, n = modes.shape[:2]
-    counts = np.zeros(c, dtype=int)
-    if c < 2 or idx.size == 0:
-        return counts.tolist()
-    for part, is_part in (("real", idx < num_real), ("imag", idx >= num_real)):
-        cols = idx[is_part]
-        if cols.size:
-            selected = _gather_columns(modes, np.sort(flat_index[cols]))
-            values = getattr(selected, part).astype(float)  # (c, n, f)
-            means = values.mean(axis=1)
-            others = (means.sum(axis=0) - means) / (c - 1)
-            distance = np.abs(means - others) / (values.std(axis=(0, 1)) + 1e-300)
-            counts += np.bincount(np.argmax(distance, axis=0), minlength=c)
-    return counts.tolist()
+def _outlier_chains(farthest: np.ndarray, idx: np.ndarray, num_chains: int) -> list[int]:
+    """How often each chain is the farthest (:func:`_farthest_chain`) over the values ``idx``."""
+    if num_chains < 2 or idx.size == 0:
+        return [0] * num_chains
+    return np.bincount(farthest[idx], minlength=num_chains).tolist()
 
 
 def _describe_modes(
@@ -489,7 +476,7 @@ def mode_convergence(
             "tau_ref": test["tau_all"],
             "r_hat_q99": test["r_hat_q99"],
             "frozen_per_chain": [int(v) for v in frozen_per_chain],
-            "outlier_chain_counts": _outlier_chains(modes, flat_index, num_real, flagged),
+            "outlier_chain_counts": _outlier_chains(stats["farthest"], flagged, c),
         },
         "worst_r_hat": describe(_worst(stats["r_hat"], num_worst, largest=True)) if c >= 2 else [],
         "worst_ess_bulk": describe(_worst(ess, num_worst, largest=False)),
