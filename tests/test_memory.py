@@ -108,9 +108,11 @@ def test_field_convergence_of_unconverged_chains_stays_streamed(tmp_path):
     # pass, one byte per value.
     rng = np.random.default_rng(4)
     draws = rng.normal(size=(20, 4, 16, 16, 16)).astype(np.float32)
-    draws += 3 * np.arange(4, dtype=np.float32)[:, None, None, None] * rng.normal(
-        size=(4, 16, 16, 16)
-    ).astype(np.float32)
+    draws += (
+        3
+        * np.arange(4, dtype=np.float32)[:, None, None, None]
+        * rng.normal(size=(4, 16, 16, 16)).astype(np.float32)
+    )
     path = tmp_path / "fields.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("draws", data=draws, chunks=(1, 1, 16, 16, 16))
