@@ -21,26 +21,26 @@ __all__ = ["MemoryEstimate", "available_bytes", "check_memory", "estimate_peak_b
 # Measured by ``benchmarks/memory.py`` (system allocator, HMC, 4 leapfrog steps, 20 stored
 # draws per chain, the ``fieldhmc run`` path: sampling, export, diagnose, plot; whole-run
 # peak RSS, MiB; 2026-12-04, benchmarks/README.md):
-#   64³ x 1: 1369   64³ x 4: 1416   128³ x 1: 1615   128³ x 4: 3320 (see below)
-#   256³ x 1: 2691   512³ x 1: 13054.
+#   64³ x 1: 1369   64³ x 4: 1416   128³ x 1: 1615   128³ x 4: 1660
+#   256³ x 1: 2691   256³ x 4: 4382   512³ x 1: 13054.
 # One chain, from 256³ and 512³: 23.1 fields + 1.2 GB; at 64³ and 128³ diagnose's
-# non-field memory (~0.5-0.8 GB) sets the peak, hence the higher baseline. Per chain:
-# 14.5 fields, kept from the 128³/256³ fit of 2026-12-03 (13.0, before this session's cuts,
-# which lower it). Not covered: runs whose chains have not converged. Their field
-# convergence flags nearly every mode and then holds ~270 field-sizes (128³ x 4: 3320 MiB,
-# 256³ x 4: 17235 MiB, both with 5 warm-up steps; diagnostics/modes.py, issue 14).
+# non-field memory (~0.5-0.8 GB) sets the peak, hence the higher baseline. Each chain
+# more: 8.8 fields (256³ x 1 -> x 4). The chains of the 4-chain runs had not converged
+# (5 warm-up steps), so their field convergence test flagged nearly every mode: the
+# worst case of diagnose (it held ~270 field-sizes before issue 14's fix).
 
 #: RSS of a run before any field exists: TensorFlow, XLA compiling the chunk, the
 #: diagnostics and plotting stack (64³ and 128³ runs peak at 1.3-1.6 GB).
 BASELINE_BYTES = 1.6e9
-#: Field-sized buffers independent of the number of chains (1 chain: 23.1 fitted, 24
-#: here): model constants, data, truth, preconditioner, what the diagnostics hold.
-FIXED_FIELDS = 9.5
-#: Field-sized buffers per chain: state and gradient (carried in place, see
-#: ``samplers.driver._Carry``), momentum, proposal, the FFT temporaries of one leapfrog
-#: step (the compiled chunk's preallocated temp), the float32 running mean and M2, the
-#: stored-draw slot, the checkpoint's host copies.
-PER_CHAIN_FIELDS = 14.5
+#: Field-sized buffers independent of the number of chains (with one chain's 9.5 the 24
+#: that cover 23.1 fitted): model constants, data, truth, preconditioner, what the
+#: diagnostics hold.
+FIXED_FIELDS = 14.5
+#: Field-sized buffers per chain (8.8 measured): state and gradient (carried in place,
+#: see ``samplers.driver._Carry``), momentum, proposal, the FFT temporaries of one
+#: leapfrog step (the compiled chunk's preallocated temp), the float32 running mean and
+#: M2, the stored-draw slot, the checkpoint's host copies.
+PER_CHAIN_FIELDS = 9.5
 
 
 @dataclass(frozen=True)
