@@ -289,6 +289,7 @@ class FieldModel(abc.ABC):
         ``[..., n0, n1, n2 // 2 + 1]`` complex: :math:`\\delta =
         \\mathrm{irfft3d}(\\text{modes}, \\text{norm="ortho"})` for ``factor`` 1, and
         ``modes == rfft3d(delta)`` (exactly Hermitian) for ``factor`` :math:`\\sqrt N`."""
+        modes = self.packing.modes_from_real(field)
         if self.parametrization == "noncentred":
             if self.hyper_names:
                 scale = tf.cast(tf.sqrt(self._signal_variance(hp, c)), self.dtype)
@@ -299,12 +300,14 @@ class FieldModel(abc.ABC):
         scale = tf.convert_to_tensor(scale, self.dtype)
         if factor != 1.0:
             scale = scale * tf.constant(factor, self.dtype)
-        # The real scale multiplies the packed reals before they become complex: no
-        # complex copy of the scale exists (a constant one, and its conjugate in the
-        # gradient, are loop-invariant, so XLA hoisted both out of the sampler's loop:
-        # ~2 fields held through the whole chunk), and the product is fused into the
-        # packing (see HermitianPacking.modes_from_real).
-        return self.packing.modes_from_real(field, scale)
+        # Real and imaginary parts times the real scale: the same numbers as a complex
+        # product with (scale + 0i), but no complex copy of the scale exists. A constant
+        # scale's complex copy (and its conjugate, in the gradient) is loop-invariant, so
+        # XLA hoisted both out of the sampler's loop: two half-spectrum complex buffers
+        # (~2 fields, whatever the number of chains) held through the whole chunk.
+        # tf.complex, not tf.cast: the Cast gradient back to real logs a "discards the
+        # imaginary part" warning at every trace (test_field_model pins this).
+        return tf.complex(tf.math.real(modes) * scale, tf.math.imag(modes) * scale)
 
     def _delta(self, field: tf.Tensor, hp, c) -> tf.Tensor:
         modes = self._modes(field, hp, c)

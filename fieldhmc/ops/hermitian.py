@@ -152,14 +152,11 @@ class _PlaneTables:
             ),
         ]
 
-    def pack(self, flat: tf.Tensor, scale: tf.Tensor | None = None) -> tf.Tensor:
-        """``[B, size]`` reals -> ``[B, size]`` complex plane, times a real ``scale``
-        (``[B or 1, size]``) when one is given."""
+    def pack(self, flat: tf.Tensor) -> tf.Tensor:
+        """``[B, size]`` reals -> ``[B, size]`` complex plane."""
         dtype = flat.dtype
         re = tf.constant(self.c_re, dtype) * tf.gather(flat, self.src_re, axis=-1)
         im = tf.constant(self.c_im, dtype) * tf.gather(flat, self.src_im, axis=-1)
-        if scale is not None:
-            re, im = re * scale, im * scale
         return tf.complex(re, im)
 
     def unpack(self, plane: tf.Tensor) -> tf.Tensor:
@@ -233,16 +230,8 @@ class HermitianPacking:
             out[:, n_last - 1] = owner * m + (m - 1)
         return out.reshape(-1)
 
-    def modes_from_real(self, v: tf.Tensor, scale: tf.Tensor | None = None) -> tf.Tensor:
+    def modes_from_real(self, v: tf.Tensor) -> tf.Tensor:
         r"""Pack reals ``[..., *grid_shape]`` into Hermitian modes ``[..., *modes_shape]``.
-
-        With ``scale`` (real, ``[..., *modes_shape]``, the leading axes as ``v``'s or
-        none), each mode is multiplied by its scale inside the packing: the same numbers
-        as ``tf.complex(real(Z) * scale, imag(Z) * scale)``, but XLA does not fuse a
-        separate product into the packing (it reads both parts of the packed modes, so
-        it would recompute the gathers), which cost one more read and write of the
-        modes per gradient (``benchmarks/scaling.py``). Other scale shapes take that
-        separate product.
 
         Its gradient is the plain adjoint, :math:`\bar v = \mathrm{unpack}(\bar Z / w)`
         (:meth:`real_from_modes` is the adjoint under the *weighted* inner product),
@@ -252,13 +241,6 @@ class HermitianPacking:
         gradient and the momentum update), XLA kept those pads as three field-sized
         buffers per gradient (``benchmarks/scaling.py``).
         """
-        v = tf.convert_to_tensor(v)
-        if scale is not None:
-            scale = tf.convert_to_tensor(scale, v.dtype)
-            if not self._packs_scale(v, scale):
-                z = self.modes_from_real(v)
-                return tf.complex(tf.math.real(z) * scale, tf.math.imag(z) * scale)
-            return self._pack_scaled(v, scale)
 
         @tf.custom_gradient
         def pack(v):
@@ -267,54 +249,20 @@ class HermitianPacking:
 
             return self._pack(v), grad
 
-        return pack(v)
+        return pack(tf.convert_to_tensor(v))
 
-    def _packs_scale(self, v: tf.Tensor, scale: tf.Tensor) -> bool:
-        """Whether ``scale`` is ``[*modes_shape]`` or ``[*batch of v, *modes_shape]`` (static)."""
-        nd = len(self.grid_shape)
-        s, x = scale.shape, v.shape
-        if s.rank is None or x.rank is None or s.rank < nd:
-            return False
-        if tuple(s[s.rank - nd :]) != self.modes_shape:
-            return False
-        lead = s[: s.rank - nd]
-        return lead.rank == 0 or (lead.is_fully_defined() and lead == x[: x.rank - nd])
-
-    def _pack_scaled(self, v: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
-        @tf.custom_gradient
-        def pack(v, scale):
-            def grad(dz):
-                dr, di = tf.math.real(dz), tf.math.imag(dz)
-                dv = self._unpack(tf.complex(dr * scale, di * scale), 1.0 / math.sqrt(2.0))
-                z = self._pack(v)  # only when the scale's gradient is asked for
-                ds = dr * tf.math.real(z) + di * tf.math.imag(z)
-                if scale.shape.rank < ds.shape.rank:
-                    ds = tf.reduce_sum(ds, axis=list(range(ds.shape.rank - scale.shape.rank)))
-                return dv, ds
-
-            return self._pack(v, scale), grad
-
-        return pack(v, scale)
-
-    def _pack(self, v: tf.Tensor, scale: tf.Tensor | None = None) -> tf.Tensor:
+    def _pack(self, v: tf.Tensor) -> tf.Tensor:
         nd = len(self.grid_shape)
         batch = tf.shape(v)[: tf.rank(v) - nd]
-        plane_size = math.prod(self._plane_shape)
-        x = tf.reshape(v, [-1, plane_size, self.grid_shape[-1]])
-        s = None if scale is None else tf.reshape(scale, [-1, plane_size, self.modes_shape[-1]])
-        pieces = [self._plane.pack(x[..., 0], None if s is None else s[..., 0])[..., None]]
+        x = tf.reshape(v, [-1, math.prod(self._plane_shape), self.grid_shape[-1]])
+        pieces = [self._plane.pack(x[..., 0])[..., None]]
         k = self._num_free
         if k:
             pairs = tf.reshape(x[..., 1 : 2 * k + 1], [-1, x.shape[1], k, 2])
             r2 = tf.constant(1.0 / math.sqrt(2.0), v.dtype)
-            re, im = pairs[..., 0] * r2, pairs[..., 1] * r2
-            if s is not None:
-                re, im = re * s[..., 1 : k + 1], im * s[..., 1 : k + 1]
-            pieces.append(tf.complex(re, im))
+            pieces.append(tf.complex(pairs[..., 0] * r2, pairs[..., 1] * r2))
         if self._has_nyquist:
-            pieces.append(
-                self._plane.pack(x[..., -1], None if s is None else s[..., -1])[..., None]
-            )
+            pieces.append(self._plane.pack(x[..., -1])[..., None])
         z = pieces[0] if len(pieces) == 1 else tf.concat(pieces, axis=-1)
         return tf.reshape(z, tf.concat([batch, self.modes_shape], 0))
 

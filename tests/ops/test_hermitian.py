@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -149,72 +147,3 @@ def test_packing_inside_xla():
 def test_bad_grid_shape():
     with pytest.raises(ValueError, match="grid_shape"):
         ops.HermitianPacking((4, 0, 4))
-
-
-def _scaled_reference(packing, v, scale):
-    z = packing.modes_from_real(v)
-    return tf.complex(tf.math.real(z) * scale, tf.math.imag(z) * scale)
-
-
-@pytest.mark.parametrize("kind", ["modes", "batched", "broadcast"])
-def test_scaled_packing_is_the_product_and_has_its_gradients(kind):
-    """modes_from_real(v, scale) equals the packed modes times the real scale, and its
-    gradients (to v and to the scale) are the product's, eager and under XLA; the
-    "broadcast" scale takes the separate product."""
-    shape, batch = (4, 6, 8), 3
-    packing = ops.HermitianPacking(shape)
-    rng = np.random.default_rng(8)
-    scale_shape = {
-        "modes": packing.modes_shape,
-        "batched": (batch, *packing.modes_shape),
-        "broadcast": (*packing.modes_shape[:-1], 1),
-    }[kind]
-    v = tf.constant(rng.standard_normal((batch, *shape)))
-    scale = tf.constant(rng.uniform(0.5, 2.0, scale_shape))
-    y = tf.constant(
-        rng.standard_normal((batch, *packing.modes_shape))
-        + 1j * rng.standard_normal((batch, *packing.modes_shape))
-    )
-
-    def value_and_grads(pack):
-        with tf.GradientTape() as tape:
-            tape.watch([v, scale])
-            z = pack(packing, v, scale)
-            loss = tf.reduce_sum(
-                tf.math.real(z) * tf.math.real(y) + tf.math.imag(z) * tf.math.imag(y)
-            )
-        return (z, *tape.gradient(loss, [v, scale]))
-
-    def fused(packing, v, scale):
-        return packing.modes_from_real(v, scale)
-
-    expected = [t.numpy() for t in value_and_grads(_scaled_reference)]
-    for run in (value_and_grads, tf.function(value_and_grads, jit_compile=True)):
-        got = [t.numpy() for t in run(fused)]
-        for a, b in zip(got, expected, strict=True):
-            assert a.shape == b.shape
-            np.testing.assert_allclose(a, b, atol=1e-12)
-
-
-def test_scaled_packing_writes_the_modes_once():
-    """Compiled, the scaled packing is one pass that writes the half-spectrum the FFT
-    reads: the packed modes times the scale as a separate product was a second complex
-    half-spectrum buffer (XLA does not fuse a product that reads both parts of the
-    packed modes into the packing)."""
-    shape = (8, 8, 8)
-    packing = ops.HermitianPacking(shape)
-    scale = tf.constant(
-        np.linspace(0.5, 2.0, int(np.prod(packing.modes_shape))).reshape(packing.modes_shape),
-        tf.float32,
-    )
-
-    def half_spectra(pack):
-        fn = tf.function(
-            lambda v: tf.signal.irfft3d(pack(packing, v, scale), shape), jit_compile=True
-        )
-        hlo = fn.experimental_get_compiler_ir(tf.ones((2, *shape)))(stage="optimized_hlo")
-        entry = hlo[hlo.index("\nENTRY") :]
-        return len(re.findall(r"^\s*%\S+ = c64\[", entry, flags=re.MULTILINE))
-
-    assert half_spectra(lambda p, v, s: p.modes_from_real(v, s)) == 1
-    assert half_spectra(_scaled_reference) == 2  # what the test tells apart
