@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import tracemalloc
 
 import numpy as np
@@ -372,6 +373,34 @@ def test_stuck_voxel_found(rng):
     fields[0, :, 1, 2, 3] = 5.0
     out = diag.field_convergence(fields, kbin_grid(grid, 2), 2, num_worst=3)
     assert out["voxels"]["worst_r_hat"][0]["index"] == [1, 2, 3]
+
+
+def test_threaded_chunks_give_the_serial_results_bit_for_bit(rng, monkeypatch):
+    """Chunks are computed in threads but handed back in order: every statistic, the
+    k-bin sums accumulated from them included, is the serial one exactly."""
+    from fieldhmc.diagnostics import convergence, modes
+
+    grid = (8, 8, 8)
+    fields = rng.normal(size=(3, 24) + grid).astype(np.float32)
+    fields[1] += 1.0 * rng.normal(size=grid).astype(np.float32)  # something to flag
+    kbins = kbin_grid(grid, 3)
+    threads = set()
+    map_in_order = convergence._map_in_order
+
+    def watched(fn, items, workers=None):
+        for out in map_in_order(fn, items, workers):
+            threads.update(t.name for t in threading.enumerate())
+            yield out
+
+    monkeypatch.setattr(convergence, "_WORKERS", 1)
+    serial = diag.field_convergence(fields, kbins, 3, chunk_size=16)
+    monkeypatch.setattr(convergence, "_WORKERS", 2)
+    monkeypatch.setattr(convergence, "_map_in_order", watched)
+    monkeypatch.setattr(modes, "_map_in_order", watched)
+    threaded = diag.field_convergence(fields, kbins, 3, chunk_size=16)
+    assert any(name.startswith("fieldhmc-diagnostics") for name in threads)
+    assert serial["overall"]["num_flagged"] > 0
+    np.testing.assert_equal(threaded, serial)
 
 
 def test_field_convergence_validates_shapes(rng):

@@ -11,7 +11,10 @@ References
 """
 
 import math
-from collections.abc import Callable
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -25,8 +28,51 @@ RHAT_THRESHOLD = 1.01
 MIN_ESS_PER_CHAIN = 100.0
 
 # Elements per chunk (chain * draw * columns) in the vectorised estimators: the FFT
-# autocovariance works on a zero-padded complex copy, so peak memory is ~10x this * 8 bytes.
+# autocovariance works on a zero-padded complex copy, so peak memory is ~10x this * 8 bytes
+# per chunk in flight (see _WORKERS).
 _CHUNK_ELEMENTS = 2**21
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+#: Chunks computed at once, in threads: NumPy's sorts, its large ufuncs and SciPy's FFTs
+#: release the GIL, so the rank and FFT estimators use every core. Chunks are then
+#: ``_CHUNK_ELEMENTS / _WORKERS`` elements, so the working set stays the same.
+_WORKERS = max(1, min(4, _cpu_count()))
+
+
+def _map_in_order(fn: Callable, items: Iterable, workers: int | None = None) -> Iterator:
+    """``fn(*item)`` for each item, up to ``workers`` at a time in threads, in item order.
+
+    Items are pulled from ``items`` in the calling thread (out-of-core slabs are read
+    there), at most ``workers`` ahead of the result being handed back; results come
+    back in the order of ``items``, so what the caller accumulates from them does not
+    depend on the threads' timing.
+    """
+    workers = _WORKERS if workers is None else workers
+    if workers <= 1:
+        for item in items:
+            yield fn(*item)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="fieldhmc-diagnostics") as pool:
+        pending: deque = deque()
+        for item in items:
+            pending.append(pool.submit(fn, *item))
+            if len(pending) >= workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _default_step(num_chains: int, num_draws: int) -> int:
+    """Columns per chunk: :data:`_CHUNK_ELEMENTS` shared by the :data:`_WORKERS` in flight."""
+    return max(1, _CHUNK_ELEMENTS // (_WORKERS * num_chains * num_draws))
+
 
 # A chain's range below this times the quantity's magnitude counts as not moving.
 _FROZEN_RTOL = 1e-9
@@ -319,11 +365,15 @@ def _apply_columns(
     out = np.full(out_shape, np.nan)
     if c < min_chains or n < 4 or m == 0:
         return out.reshape(out_shape[:-1] + trailing)
-    step = chunk_size or max(1, _CHUNK_ELEMENTS // (c * n))
-    for start, stop, cols in _column_blocks(x, step):
+    step = chunk_size or _default_step(c, n)
+
+    def compute(start, stop, cols):
         block = np.ascontiguousarray(cols.transpose(2, 0, 1), dtype=float)
         frozen = _frozen_chains(block).any(axis=-1)
-        out[..., start:stop] = np.where(frozen, np.nan, block_fn(block))
+        return start, stop, np.where(frozen, np.nan, block_fn(block))
+
+    for start, stop, values in _map_in_order(compute, _column_blocks(x, step)):
+        out[..., start:stop] = values
     return out.reshape(out_shape[:-1] + trailing)
 
 

@@ -14,7 +14,6 @@ from scipy import fft as sp_fft
 
 from fieldhmc.diagnostics import multiplicity
 from fieldhmc.diagnostics.convergence import (
-    _CHUNK_ELEMENTS,
     RHAT_THRESHOLD,
     _apply_columns,
     _as_draws,
@@ -22,8 +21,10 @@ from fieldhmc.diagnostics.convergence import (
     _between_within,
     _column_blocks,
     _convergence_block,
+    _default_step,
     _ess_from_autocov,
     _frozen_chains,
+    _map_in_order,
     _rhat_from_ratio,
     _split_chains,
     _z_scale,
@@ -220,20 +221,28 @@ def _mode_statistics(
     out["farthest"] = np.zeros(m, dtype=np.int8 if c < 2**7 else np.int32)
     frozen_per_chain = np.zeros(c, dtype=np.int64)
     rows = {key: _STAT_ROWS.index(key) for key in (*keep, "tau_bulk", "tau_tail")}
-    step = chunk_size or max(1, _CHUNK_ELEMENTS // (c * n))
+    step = chunk_size or _default_step(c, n)
     parts = _part_slices(flat_index, num_real)
-    for lo, hi, cols in _column_blocks(modes, step) if n >= 4 else ():
+
+    def compute(lo, hi, cols):
+        results = []
         for part, offset, sel in parts:
             a, b = np.searchsorted(sel, [lo, hi])
-            if a == b:
-                continue
-            values = getattr(cols[:, :, sel[a:b] - lo], part)
-            block = np.ascontiguousarray(values.transpose(2, 0, 1), dtype=float)
-            stats, frozen = _mode_block(block)
-            where = slice(offset + a, offset + b)
+            if a < b:
+                values = getattr(cols[:, :, sel[a:b] - lo], part)
+                block = np.ascontiguousarray(values.transpose(2, 0, 1), dtype=float)
+                stats, frozen = _mode_block(block)
+                results.append(
+                    (slice(offset + a, offset + b), stats, frozen, _farthest_chain(block))
+                )
+        return results
+
+    blocks = _column_blocks(modes, step) if n >= 4 else ()
+    for results in _map_in_order(compute, blocks):
+        for where, stats, frozen, farthest in results:
             for key in keep:
                 out[key][where] = stats[rows[key]]
-            out["farthest"][where] = _farthest_chain(block)
+            out["farthest"][where] = farthest
             block_labels = labels[where]
             for key in ("tau_bulk", "tau_tail"):
                 tau = stats[rows[key]]
