@@ -33,17 +33,21 @@ MIN_ESS_PER_CHAIN = 100.0
 _CHUNK_ELEMENTS = 2**21
 
 
-def _cpu_count() -> int:
+def _thread_count() -> int:
+    """Usable cores (affinity mask), at most ``OMP_NUM_THREADS`` when that is set (Dask's
+    worker processes set it to 1 by default: they already share the cores)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    limit = os.environ.get("OMP_NUM_THREADS", "")
+    return min(cores, int(limit)) if limit.isdigit() and int(limit) > 0 else cores
 
 
 #: Chunks computed at once, in threads: NumPy's sorts, its large ufuncs and SciPy's FFTs
 #: release the GIL, so the rank and FFT estimators use every core. Chunks are then
 #: ``_CHUNK_ELEMENTS / _WORKERS`` elements, so the working set stays the same.
-_WORKERS = max(1, min(4, _cpu_count()))
+_WORKERS = max(1, min(4, _thread_count()))
 
 
 def _map_in_order(fn: Callable, items: Iterable, workers: int | None = None) -> Iterator:
