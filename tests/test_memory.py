@@ -231,7 +231,7 @@ def test_estimate_grows_with_grid_and_chains():
 
 # Whole-run peaks (MiB) from benchmarks/memory.py, system allocator, HMC, 20 stored
 # draws per chain, the fieldhmc run path (sampling, export, diagnose, plot), 2026-12-04
-# (benchmarks/README.md); the 4-chain runs unconverged (every mode flagged).
+# (benchmarks/README.md); the 128³ and 256³ 4-chain runs unconverged (every mode flagged).
 MEASURED_PEAK_MIB = {
     (64, 1): 1369,
     (64, 4): 1416,
