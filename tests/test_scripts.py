@@ -63,3 +63,22 @@ def test_microcanonical_benchmark_runs_on_a_tiny_grid(monkeypatch):
         for r in rows.values():
             assert r["grads"] > 0 and r["warmup_grads"] > 0 and r["min_ess"] > 0
             assert r["b2"] == r["b2"]  # not NaN
+
+
+@pytest.mark.slow
+def test_run_hashes_are_reproducible_and_see_a_changed_figure(tmp_path):
+    """Two runs of one config hash alike; a changed summary figure changes the hash."""
+    import json
+
+    run_hashes = _load("run_hashes")
+    for out in ("a", "b"):
+        assert run_hashes.main(["--out", str(tmp_path / out), "--only", "quickstart"]) == 0
+    rows = [(tmp_path / o / "hashes.tsv").read_text() for o in ("a", "b")]
+    assert rows[0] == rows[1]
+    assert "failed" not in rows[0]
+    summary = tmp_path / "a" / "quickstart" / "summary.json"
+    before = run_hashes.hash_run(summary.parent)
+    data = json.loads(summary.read_text())
+    data["num_draws"] += 1
+    summary.write_text(json.dumps(data))
+    assert run_hashes.hash_run(summary.parent)["summary"] != before["summary"]
