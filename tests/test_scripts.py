@@ -82,3 +82,24 @@ def test_run_hashes_are_reproducible_and_see_a_changed_figure(tmp_path):
     data["num_draws"] += 1
     summary.write_text(json.dumps(data))
     assert run_hashes.hash_run(summary.parent)["summary"] != before["summary"]
+
+
+def test_code_metrics_counts_kind_comparisons_long_functions_and_cycles(tmp_path):
+    """On a made-up package: literal and constant kind comparisons, a 61-line function,
+    a two-module import cycle; a lowercase variable named ``kind`` is not a constant."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        'from pkg.b import helper\nMICRO = ("mclmc", "mams")\nkind = "hmc"\n'
+        'def f(k):\n    if k == "fieldnuts":\n        return 1\n'
+        "    if k in MICRO:\n        return 2\n    return k == kind\n"
+    )
+    body = "".join(f"    x{i} = {i}\n" for i in range(60))
+    (pkg / "b.py").write_text(
+        "from pkg.a import MICRO\ndef helper(k):\n" + body + "    return k not in MICRO\n"
+    )
+    m = _load("code_metrics").measure(pkg)
+    assert sorted(m["kind_comparisons"]) == [("pkg/a.py", 5), ("pkg/a.py", 7), ("pkg/b.py", 63)]
+    assert m["functions_over_60"] == [("pkg/b.py", "helper", 62)]
+    assert m["import_cycles"] == [["pkg.a", "pkg.b"]]
