@@ -29,7 +29,7 @@ import xarray as xr
 ROOT = Path(__file__).resolve().parents[1]
 
 # Figures in summary.json that depend on the clock or the machine, not on the draws.
-_VOLATILE_KEYS = ("time", "seconds", "wall", "version", "date", "path", "dir", "host")
+_VOLATILE_KEYS = ("time", "seconds", "wall", "version", "date", "path", "dir", "host", "_at")
 
 
 def _small_overrides(config: Path, grid: int, steps: int) -> list[str]:
