@@ -9,8 +9,7 @@ import pytest
 import tensorflow as tf
 
 from fieldhmc.models import cic_paint, cic_readout
-from fieldhmc.models.cic import cic_deconvolve, cic_window
-from fieldhmc.models.cic import _paint_flat
+from fieldhmc.models.cic import _paint_flat, cic_deconvolve, cic_window
 
 SHAPES = [(8, 8, 8), (5, 6, 7)]
 
