@@ -4,7 +4,8 @@ and the number of FFTs in the compiled gradient."""
 
 from __future__ import annotations
 
-import re
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -140,15 +141,13 @@ def test_gradients_match_finite_differences(grid_key):
         )
 
 
-def _fft_fields(hlo: str, num_chains: int) -> dict[str, int]:
-    """Number of single-field 3D transforms per chain in an optimised HLO module, by kind:
-    an fft op whose result is ``[chains, c, n0, n1, m]`` transforms ``c`` fields per chain."""
-    out = {"RFFT": 0, "IRFFT": 0}
-    pattern = r"= \w+\[([\d,]+)\]\S* fft\(.*?fft_type=(I?RFFT)\b"
-    for dims, kind in re.findall(pattern, hlo):
-        sizes = [int(s) for s in dims.split(",")]
-        out[kind] += int(np.prod(sizes[:-3])) // num_chains
-    return out
+def _load_benchmark():
+    """benchmarks/lpt_forward.py as a module (its HLO transform counter is shared)."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "lpt_forward.py"
+    spec = importlib.util.spec_from_file_location("lpt_forward", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_compiled_value_gradient_equals_eager_is_batched_and_counts_ffts():
@@ -188,5 +187,14 @@ def test_compiled_value_gradient_equals_eager_is_batched_and_counts_ffts():
     np.testing.assert_array_equal(moved[1][0].numpy()[:2], xla[1][0].numpy()[:2])
     assert np.abs(moved[0].numpy()[2] - xla[0].numpy()[2]).max() > 0.1
     hlo = compiled.experimental_get_compiler_ir(*args, p32)(stage="optimized_hlo")
-    counts = _fft_fields(hlo, num_chains=3)
+    counts = _load_benchmark().count_fft_fields(hlo, num_chains=3)
     assert counts == {"RFFT": 13, "IRFFT": 13}, counts
+
+
+@pytest.mark.slow
+def test_benchmark_runs(capsys):
+    assert _load_benchmark().main(["--sizes", "8", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.split()[:1] == ["8"])
+    # FFT pairs per gradient counted in the HLO: full 13, modes out 12, 2LPT+RSD 10, 1LPT 3
+    assert [float(v) for v in row.split()[3::2]] == [13.0, 12.0, 10.0, 3.0], row
