@@ -320,8 +320,8 @@ def cic_deconvolve(field, *, return_modes: bool = False) -> tf.Tensor:
     One rfft3d and (unless ``return_modes``) one irfft3d forward, as many backward
     (TensorFlow's registered FFT gradients, :mod:`fieldhmc.ops.fft`; the division is
     real and diagonal). :math:`1/W \\le (\\pi/2)^6 \\approx 15` on a 3D grid, so
-    the division is well conditioned. The window enters the program as three 1-D
-    factors (no ``[n0, n1, m]`` constant).
+    the division is well conditioned. The window enters a compiled program as three 1-D
+    arguments (no ``[n0, n1, m]`` constant).
 
     Parameters
     ----------
@@ -339,7 +339,10 @@ def cic_deconvolve(field, *, return_modes: bool = False) -> tf.Tensor:
     field = tf.convert_to_tensor(field)
     grid_shape = tuple(int(n) for n in field.shape[-3:])
     dtype = field.dtype
-    w0, w1, w2 = (tf.constant(1.0 / w, dtype) for w in _window_factors(grid_shape))
+    # eager 1-D factors, captured as program arguments: as graph constants TF folds their
+    # outer product into one [n0, n1, m] constant
+    with tf.init_scope():
+        w0, w1, w2 = (tf.constant(1.0 / w, dtype) for w in _window_factors(grid_shape))
     inverse = w0[:, None, None] * w1[None, :, None] * w2[None, None, :]
     modes = tf.signal.rfft3d(field, fft_length=grid_shape)
     modes = tf.complex(tf.math.real(modes) * inverse, tf.math.imag(modes) * inverse)

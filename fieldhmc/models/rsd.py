@@ -112,8 +112,10 @@ def kaiser_factor(grid: Grid, growth, bias, rate, los_axis: int = -1, dtype=tf.f
         ``[chains or 1, n0, n1, n2 // 2 + 1]``; :math:`\\mu = 0` at :math:`\\mathbf k = 0`.
     """
     axis = line_of_sight(los_axis)
-    # from three 1-D constants: no [n0, n1, m] constant in a compiled program
-    k = [tf.constant(np.asarray(ka, np.float64).reshape(-1), dtype) for ka in grid.kvec()]
+    # from three eager 1-D tensors, captured as arguments of a compiled program: as graph
+    # constants TF would fold mu^2 into one [n0, n1, m] constant
+    with tf.init_scope():
+        k = [tf.constant(np.asarray(ka, np.float64).reshape(-1), dtype) for ka in grid.kvec()]
     k2 = k[0][:, None, None] ** 2 + k[1][None, :, None] ** 2 + k[2][None, None, :] ** 2
     los = [k[0][:, None, None], k[1][None, :, None], k[2][None, None, :]][axis] ** 2
     nonzero = k2 > 0

@@ -5,6 +5,7 @@ and the number of FFTs in the compiled gradient."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -154,7 +155,8 @@ def test_compiled_value_gradient_equals_eager_is_batched_and_counts_ffts():
     """Under tf.function(jit_compile=True): value and gradients (modes, parameters) equal
     eager (float32); chain i's outputs depend only on chain i's inputs; the compiled
     gradient performs 13 transforms forward and 13 backward per chain (2LPT 6 + 1 + 3,
-    b_nabla2 1, deconvolution 2): 13 FFT pairs per gradient."""
+    b_nabla2 1, deconvolution 2): 13 FFT pairs per gradient; and it holds no
+    [n0, n1, m] constant."""
     shape, box = GRIDS["even"]
     fwd = LPTGalaxyForward(models.Grid(shape, box))
     delta = random_field(shape, num_chains=3, seed=29, scale=0.2)
@@ -189,6 +191,12 @@ def test_compiled_value_gradient_equals_eager_is_batched_and_counts_ffts():
     hlo = compiled.experimental_get_compiler_ir(*args, p32)(stage="optimized_hlo")
     counts = _load_benchmark().count_fft_fields(hlo, num_chains=3)
     assert counts == {"RFFT": 13, "IRFFT": 13}, counts
+    # wavenumbers and window enter as 1-D arguments: no constant larger than one axis
+    # (graph constants were folded into [n0, n1, m] ones, as ZeldovichForward's were)
+    hlo = compiled.experimental_get_compiler_ir(*args, p32)(stage="hlo")
+    shapes = re.findall(r"\w+\[([\d,]*)\]\S* constant\(", hlo)
+    assert shapes
+    assert max(int(np.prod([int(v) for v in s.split(",") if v])) for s in shapes) <= max(shape)
 
 
 @pytest.mark.slow
