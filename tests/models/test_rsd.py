@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from fieldhmc import models
 from fieldhmc.models.lpt import LagrangianPerturbation
+from fieldhmc.models.lpt_galaxies import LPTGalaxyForward
 from fieldhmc.models.rsd import kaiser_factor, line_of_sight, redshift_space_growth
 from tests.models import lpt_reference as ref
 from tests.models.test_lpt import GRIDS, random_field
@@ -58,32 +59,32 @@ def test_kaiser_factor_matches_numpy():
     assert got.shape == (2, *grid.modes_shape)
 
 
-def test_small_amplitude_response_is_kaiser():
-    """Linear regime: painted redshift-space matter density / delta, on the lowest modes,
-    against D (1 + f mu^2) times the lattice CIC response of the 1LPT displacement,
-    sum_a D_a k_a sin(k_a h_a) / h_a / k^2 (its mean over the displacement's sign; the
-    real-space response of fieldhmc.models.ZeldovichForward.linear_gain, per axis)."""
+@pytest.mark.parametrize(("rate1", "b1"), [(0.9, 0.0), (0.0, 1.5), (0.9, 1.5)])
+def test_small_amplitude_response_is_kaiser(rate1, b1):
+    """Linear regime, 1LPT + RSD + Lagrangian b1, CIC: the measured response
+    <delta_g delta*> / <|delta|^2> on the lowest modes (pooled by symmetry) against the
+    lattice prediction (1/k^2) sum_a D_a k_a sin(k_a h_a) / h_a + b1 D (the CIC response of
+    the displacement, averaged over its sign, as ZeldovichForward.linear_gain, per axis;
+    a particle on its cell centre paints its weight into its own cell), and against the
+    Kaiser factor D (1 + b1 + f mu^2): the Eulerian linear bias is 1 + b1."""
     shape, box = (16, 16, 16), (128.0, 128.0, 128.0)
     grid = models.Grid(shape, box)
-    lpt = LagrangianPerturbation(grid)
+    fwd = LPTGalaxyForward(grid, order=1, rsd=rate1 > 0, deconvolve=False)
     rng = np.random.default_rng(1)
     delta = 1e-4 * rng.standard_normal((16, *shape))
-    d1, f1 = 0.8, 0.9
-    g1, _ = redshift_space_growth(d1, None, f1, None)
-    disp = lpt(tf.constant(delta), g1)
-    evolved = models.cic.cic_paint_lattice(disp).numpy() - 1.0
+    d1 = 0.8
+    params = dict(growth1=d1, rate1=rate1, b1=b1, b2=0.0, bs2=0.0)
+    evolved = fwd(tf.constant(delta), **params).numpy()
     dk = np.fft.rfftn(delta, axes=(1, 2, 3))
     ek = np.fft.rfftn(evolved, axes=(1, 2, 3))
     k = grid.kvec()
     h = np.asarray(box) / np.asarray(shape)
     k2 = sum(ka**2 for ka in k)
-    growth = [d1, d1, d1 * (1 + f1)]
+    growth = [d1, d1, d1 * (1 + rate1)]
     with np.errstate(invalid="ignore", divide="ignore"):
-        lattice = (
-            sum(g * ka * np.sin(ka * ha) / ha for g, ka, ha in zip(growth, k, h, strict=True)) / k2
-        )
+        lattice = sum(g * ka * np.sin(ka * ha) / ha for g, ka, ha in zip(growth, k, h, strict=True))
+        lattice = lattice / k2 + b1 * d1
     low = (k2 > 0) & (k2 <= (2.5 * 2 * np.pi / 128.0) ** 2)
-    # modes with the same predicted response pooled (by symmetry), over all chains
     groups = np.unique(np.round(lattice[low], 9), return_inverse=True)[1]
     cross = (ek * dk.conj()).real.sum(axis=0)[low]
     power = (np.abs(dk) ** 2).sum(axis=0)[low]
@@ -94,8 +95,13 @@ def test_small_amplitude_response_is_kaiser():
     # CIC paints a one-sided difference whose side follows each particle's displacement
     # sign; pooled over >= 16 x 16^3 particles the deviation from the mean is a few %
     np.testing.assert_allclose(measured, predicted, rtol=0.04)
-    # the RSD boost is there: along the line of sight D (1 + f), across it D
-    along, across = mu2 > 0.99, mu2 < 0.01
-    assert along.any() and across.any()
-    assert np.all(measured[along] > 1.5 * d1 * 0.95) and np.all(measured[across] < 1.05 * d1)
-    np.testing.assert_allclose(measured, d1 * (1 + f1 * mu2), rtol=0.15)  # sin(kh)/kh, low k
+    kaiser = d1 * (1 + b1 + rate1 * mu2)
+    np.testing.assert_allclose(measured, kaiser, rtol=0.15)  # CIC's sin(kh)/kh at low k
+    # the bias and the RSD boost are there: D (1 + b1) across the line of sight,
+    # D (1 + b1 + f) along it (sin(kh)/kh >= 0.9 on these modes), D alone far below
+    assert np.all(measured > 0.85 * d1 * (1 + b1))
+    if rate1 > 0:
+        along, across = mu2 > 0.99, mu2 < 0.01
+        assert along.any() and across.any()
+        assert np.all(measured[along] > 0.85 * d1 * (1 + b1 + rate1))
+        assert np.all(measured[across] < 1.05 * d1 * (1 + b1))
