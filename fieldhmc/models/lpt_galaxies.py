@@ -25,7 +25,7 @@ from fieldhmc.models.cic import cic_deconvolve, cic_paint_lattice
 from fieldhmc.models.grid import Grid
 from fieldhmc.models.lagrangian_bias import lagrangian_bias_weights
 from fieldhmc.models.lpt import LagrangianPerturbation, LPTFields
-from fieldhmc.models.rsd import line_of_sight, redshift_space_growth
+from fieldhmc.models.rsd import kaiser_factor, line_of_sight, redshift_space_growth
 
 __all__ = ["BIAS_KINDS", "LPTGalaxyForward"]
 
@@ -96,6 +96,17 @@ class LPTGalaxyForward:
             f"LPTGalaxyForward(grid={self.grid}, order={self.order}, rsd={self.rsd}, "
             f"los_axis={self.los_axis}, bias={self.bias!r}, deconvolve={self.deconvolve})"
         )
+
+    def linear_response(self, *, growth1, rate1=None, b1=0.0, dtype=tf.float64, **_):
+        """The Kaiser factor :math:`D_1 (1 + b_1 + f_1 \\mu^2)` of this configuration
+        (:func:`~fieldhmc.models.rsd.kaiser_factor`; :math:`f_1 = 0` without RSD,
+        :math:`b_1 = 0` without bias), ``[chains or 1, n0, n1, n2 // 2 + 1]``: the linear
+        response of :meth:`from_modes` at low :math:`k`, for a linear surrogate. Other
+        parameters are accepted and ignored, so the keyword set of :meth:`from_modes` can
+        be passed as is."""
+        rate = rate1 if self.rsd else 0.0
+        bias = 1.0 + b1 if self.bias == "lagrangian" else 1.0
+        return kaiser_factor(self.grid, growth1, bias, rate, self.los_axis, dtype)
 
     def from_modes(
         self,

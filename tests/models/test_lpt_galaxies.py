@@ -79,6 +79,14 @@ def test_configurations_reduce_to_their_parts():
     real = full(delta, **tensors(PARAMS)).numpy()
     modes = full(delta, **tensors(PARAMS), return_modes=True).numpy()
     np.testing.assert_allclose(modes, np.fft.rfftn(real, axes=(1, 2, 3)), atol=1e-10)
+    # the Kaiser factor of each configuration: D (1 + b1 + f mu^2), f = 0 without RSD
+    kaiser = full.linear_response(**tensors(PARAMS)).numpy()
+    k = grid.kvec()
+    with np.errstate(invalid="ignore"):
+        mu2 = np.nan_to_num(k[2] ** 2 / sum(ka**2 for ka in k))
+    p = {key: np.asarray(v)[:, None, None, None] for key, v in PARAMS.items()}
+    np.testing.assert_allclose(kaiser, p["growth1"] * (1 + p["b1"] + p["rate1"] * mu2))
+    np.testing.assert_allclose(matter.linear_response(growth1=0.8, rate1=0.5, b1=2.0), 0.8)
     with pytest.raises(ValueError, match="growth2"):
         full(delta, growth1=0.5, rate1=0.5, rate2=1.0)
     with pytest.raises(ValueError, match="rate1"):
