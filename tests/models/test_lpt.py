@@ -99,3 +99,30 @@ def test_chains_are_independent_and_growth_shapes_are_checked():
         lpt(tf.constant(delta), tf.zeros([3, 3, 1], tf.float64))
     with pytest.raises(ValueError, match="Grid"):
         LagrangianPerturbation((8, 8, 8))
+
+
+@pytest.mark.parametrize(("growth2", "kernel"), [(-3 / 7, "2lpt"), (0.0, "za")])
+def test_second_order_density_is_the_perturbation_theory_kernel(growth2, kernel):
+    """Einstein-de Sitter (D1 = 1, D2 = -3/7): 2LPT is exact to second order, so the
+    Eulerian density of two plane waves eps [cos(k1.q) + cos(k2.q)] has the mode
+    delta_E(k1 + k2) = eps^2 F2(k1, k2) / 2 with the SPT kernel
+    F2 = 5/7 + mu/2 (k1/k2 + k2/k1) + 2/7 mu^2; with D2 = 0 (Zel'dovich) the kernel is
+    F2_ZA = F2 - 3/14 (1 - mu^2). delta_E(k) = (1/N) sum_q exp(-i k.x(q)) is the particles'
+    exact Fourier transform (no mass assignment). k1 = (2, 0, 0), k2 = (1, 1, 0) (x k_f):
+    F2 = 45/28, F2_ZA = 3/2; the third order vanishes at k1 + k2, the fourth is eps^2 relative.
+    """
+    n = 16
+    lpt = LagrangianPerturbation(models.Grid((n, n, n), float(n)))
+    q = np.stack(np.meshgrid(*[np.arange(n)] * 3, indexing="ij")).astype(float)
+    kf = 2 * np.pi / n
+    k1, k2 = kf * np.array([2.0, 0, 0]), kf * np.array([1.0, 1, 0])
+    eps = 1e-2
+    delta = eps * (np.cos(np.tensordot(k1, q, 1)) + np.cos(np.tensordot(k2, q, 1)))
+    x = q + lpt(tf.constant(delta[None]), 1.0, growth2).numpy()[0]
+    measured = np.exp(-1j * np.tensordot(k1 + k2, x, 1)).mean() / (eps**2 / 2)
+    mu = k1 @ k2 / np.linalg.norm(k1) / np.linalg.norm(k2)
+    ratio = np.linalg.norm(k1) / np.linalg.norm(k2)
+    f2 = 5 / 7 + mu / 2 * (ratio + 1 / ratio) + 2 / 7 * mu**2
+    expected = f2 if kernel == "2lpt" else f2 - 3 / 14 * (1 - mu**2)
+    np.testing.assert_allclose(f2, 45 / 28, rtol=1e-14)
+    np.testing.assert_allclose(measured, expected, rtol=1e-3)
