@@ -18,11 +18,15 @@ Layout (one concept per module):
   identity-forward instances :class:`GaussianFieldModel`, :class:`LognormalPoissonModel`;
 * :mod:`~fieldhmc.models.zeldovich` -- :class:`ZeldovichForward` (1LPT + CIC,
   :mod:`~fieldhmc.models.cic`);
+* :mod:`~fieldhmc.models.lpt` (:class:`LagrangianPerturbation`, 2LPT),
+  :mod:`~fieldhmc.models.rsd` (redshift space), :mod:`~fieldhmc.models.lagrangian_bias`
+  and their composition :class:`LPTGalaxyForward` (:mod:`~fieldhmc.models.lpt_galaxies`;
+  ``docs/lpt-forward.md``);
 * :mod:`~fieldhmc.models.wiener_solver`, :mod:`~fieldhmc.models.wiener` -- the
   Wiener filter and exact Gaussian posteriors.
 """
 
-from fieldhmc.models.cic import cic_paint, cic_readout
+from fieldhmc.models.cic import cic_deconvolve, cic_paint, cic_paint_lattice, cic_readout
 from fieldhmc.models.field_model import (
     INIT_KINDS,
     PARAMETRIZATIONS,
@@ -37,11 +41,14 @@ from fieldhmc.models.forward import (
 )
 from fieldhmc.models.gaussian import GaussianFieldModel
 from fieldhmc.models.grid import Grid, KBins
+from fieldhmc.models.lagrangian_bias import lagrangian_bias_weights
 from fieldhmc.models.likelihoods import (
     GaussianLikelihood,
     Likelihood,
     LognormalPoissonLikelihood,
 )
+from fieldhmc.models.lpt import LagrangianPerturbation, LPTFields
+from fieldhmc.models.lpt_galaxies import LPTGalaxyForward
 from fieldhmc.models.masks import MASK_KINDS, make_mask
 from fieldhmc.models.poisson import LognormalPoissonModel
 from fieldhmc.models.power import (
@@ -60,6 +67,7 @@ from fieldhmc.models.power_estimator import (
 )
 from fieldhmc.models.priors import NormalPrior
 from fieldhmc.models.reduction import reduce_sum_float64
+from fieldhmc.models.rsd import kaiser_factor, redshift_space_growth
 from fieldhmc.models.wiener import (
     DensePosterior,
     WienerPosterior,
@@ -86,6 +94,9 @@ __all__ = [
     "GaussianLikelihood",
     "Grid",
     "KBins",
+    "LPTFields",
+    "LPTGalaxyForward",
+    "LagrangianPerturbation",
     "Likelihood",
     "LognormalPoissonLikelihood",
     "LognormalPoissonModel",
@@ -99,16 +110,21 @@ __all__ = [
     "WienerVariance",
     "ZeldovichForward",
     "check_forward_fn",
+    "cic_deconvolve",
     "cic_paint",
+    "cic_paint_lattice",
     "cic_readout",
     "conjugate_gradient",
     "dense_posterior",
     "expected_binned_power",
+    "kaiser_factor",
+    "lagrangian_bias_weights",
     "load_forward_target",
     "make_mask",
     "measure_cross_power",
     "measure_power",
     "measure_power_np",
+    "redshift_space_growth",
     "reduce_sum_float64",
     "wiener_filter_mean",
     "wiener_posterior",

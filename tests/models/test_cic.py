@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from fieldhmc.models import cic_paint, cic_readout
-from fieldhmc.models.cic import _paint_flat
+from fieldhmc.models.cic import _paint_flat, cic_deconvolve, cic_window
 
 SHAPES = [(8, 8, 8), (5, 6, 7)]
 
@@ -146,3 +146,74 @@ def test_bad_shapes():
         cic_paint(tf.zeros([2, 3]), None, (4, 4, 4))
     with pytest.raises(ValueError, match="grid_shape"):
         cic_paint(tf.zeros([1, 2, 3]), None, (4, 4))
+
+
+def _alias_sum_over_window(grid_shape, num_images=300):
+    """sum_n W^2(k + 2 pi n / h) / W^2(k) on the rfft half-spectrum, summed explicitly over
+    |n_a| <= num_images per axis (separable; tail ~ num_images^-3 of a term)."""
+    out = 1.0
+    freqs = (np.fft.fftfreq(grid_shape[0]), np.fft.fftfreq(grid_shape[1]))
+    freqs = (*freqs, np.fft.rfftfreq(grid_shape[2]))
+    for a, f in enumerate(freqs):
+        images = np.arange(-num_images, num_images + 1)[:, None]
+        total = (np.sinc(f[None] + images) ** 4).sum(axis=0) / np.sinc(f) ** 4
+        shape = [1, 1, 1]
+        shape[a] = f.size
+        out = out * total.reshape(shape)
+    return out
+
+
+def test_cic_window_matches_numpy_and_deconvolve_divides_by_it():
+    from tests.models.lpt_reference import cic_window as window_np
+
+    shape = (6, 5, 7)
+    np.testing.assert_allclose(cic_window(shape), window_np(shape)[..., : 7 // 2 + 1], rtol=1e-14)
+    field = np.random.default_rng(6).standard_normal((2, *shape))
+    got = cic_deconvolve(tf.constant(field)).numpy()
+    expected = np.fft.ifftn(np.fft.fftn(field, axes=(1, 2, 3)) / window_np(shape), axes=(1, 2, 3))
+    np.testing.assert_allclose(got, expected.real, atol=1e-12)
+    modes = cic_deconvolve(tf.constant(field), return_modes=True).numpy()
+    np.testing.assert_allclose(modes, np.fft.rfftn(got, axes=(1, 2, 3)), atol=1e-11)
+
+
+def test_deconvolved_shot_noise_of_uniform_particles():
+    """P(k) of CIC-painted particles at independent uniform positions, per mode, against
+    the analytic aliased window sums (z-tests per |k| bin, 16 realisations of 2 x 16^3):
+
+    raw:          E|rho_k|^2 = N_p prod_a [1 - 2/3 sin^2(k_a h / 2)]   (closed form, Jing 2005)
+    deconvolved:  E|rho_k / W_k|^2 = N_p sum_n W^2(k + 2 pi n / h) / W^2(k)   (explicit sum)
+
+    and the deconvolved spectrum is flatter: its bin means span a smaller range. Dividing by
+    sinc instead of sinc^2, or not at all, fails the second z-test by > 10 sigma at high k.
+    """
+    n, num, chains = 16, 2 * 16**3, 16
+    rng = np.random.default_rng(21)
+    pos = tf.constant(rng.uniform(0, n, size=(chains, num, 3)))
+    rho = cic_paint(pos, None, (n, n, n))
+    raw = np.abs(np.fft.rfftn(rho.numpy(), axes=(1, 2, 3))) ** 2
+    dec = np.abs(cic_deconvolve(rho, return_modes=True).numpy()) ** 2
+    x = [np.pi * np.fft.fftfreq(n)[:, None, None], np.pi * np.fft.fftfreq(n)[None, :, None]]
+    x.append(np.pi * np.fft.rfftfreq(n)[None, None, :])
+    closed = (1 - 2 / 3 * np.sin(x[0]) ** 2) * (1 - 2 / 3 * np.sin(x[1]) ** 2)
+    closed = closed * (1 - 2 / 3 * np.sin(x[2]) ** 2)
+    alias = _alias_sum_over_window((n, n, n))
+    # the two analytic forms agree (the identity behind the closed form)
+    np.testing.assert_allclose(alias * cic_window((n, n, n)) ** 2, closed, rtol=1e-6)
+    # modes that are not their own Hermitian partner, k != 0
+    kz = np.arange(n // 2 + 1)
+    keep = np.broadcast_to((kz > 0) & (kz < n // 2), closed.shape)
+    kmag = np.sqrt(sum(xa**2 for xa in x))
+    bins = np.digitize(kmag, np.linspace(0, kmag.max() + 1e-9, 7)) - 1
+    spans = {}
+    for name, power, expected in (("raw", raw, closed), ("deconvolved", dec, alias)):
+        ratio = power / (num * expected)
+        means = []
+        for b in range(6):
+            r = ratio[:, keep & (bins == b)].ravel()
+            if r.size < 200:
+                continue
+            z = (r.mean() - 1) / (r.std() / np.sqrt(r.size))
+            assert abs(z) < 4, (name, b, r.mean(), z)
+            means.append((power[:, keep & (bins == b)] / num).mean())
+        spans[name] = max(means) / min(means)
+    assert spans["deconvolved"] < spans["raw"] / 2, spans

@@ -1,0 +1,168 @@
+"""Galaxy overdensity from a linear field: 2LPT, redshift space, Lagrangian bias, CIC.
+
+The composition of the building blocks (one module each):
+
+1. :mod:`~fieldhmc.models.lpt` -- the tidal source :math:`\\delta_2` and the displacement
+   :math:`D_1\\Psi_1 + D_2\\Psi_2` (1LPT with ``order=1``);
+2. :mod:`~fieldhmc.models.rsd` -- with ``rsd``, per-axis growth
+   :math:`D_n(1 + f_n[a = \\text{los}])`: the particles' redshift-space positions;
+3. :mod:`~fieldhmc.models.lagrangian_bias` -- with ``bias="lagrangian"``, the weights
+   :math:`w(\\mathbf q)` (else 1);
+4. :mod:`~fieldhmc.models.cic` -- paint at the evolved positions, :math:`\\delta_g =
+   \\rho_g - 1`, and with ``deconvolve`` divide its modes by the CIC window.
+
+Cost from the modes (``from_modes``), transforms forward (as many backward): 2LPT + RSD
+10 (6 + 1 + 3; 1LPT: 3), :math:`b_{\\nabla^2}` 1, deconvolution 2 (1 with
+``return_modes``): **13 FFT pairs per gradient** for the full model with a real output,
+12 with modes out; plus one 8-corner scatter forward and its gathers backward.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from fieldhmc.models.cic import cic_deconvolve, cic_paint_lattice
+from fieldhmc.models.grid import Grid
+from fieldhmc.models.lagrangian_bias import lagrangian_bias_weights
+from fieldhmc.models.lpt import LagrangianPerturbation, LPTFields
+from fieldhmc.models.rsd import kaiser_factor, line_of_sight, redshift_space_growth
+
+__all__ = ["BIAS_KINDS", "LPTGalaxyForward"]
+
+BIAS_KINDS = (None, "lagrangian")
+
+
+class LPTGalaxyForward:
+    """Linear modes -> galaxy overdensity (callable; see module).
+
+    Parameters
+    ----------
+    grid : Grid
+    order : {1, 2}
+        LPT order.
+    rsd : bool
+        Move the particles into redshift space along ``los_axis``.
+    los_axis : int
+        Line-of-sight axis (default the last).
+    bias : {None, "lagrangian"}
+        ``None``: unit weights (the matter field).
+    deconvolve : bool
+        Divide the painted field's modes by the CIC window.
+
+    Notes
+    -----
+    Parameters are keyword arguments of :meth:`from_modes` and :meth:`__call__`, each a
+    Python float or a ``[chains]`` tensor (sampled): ``growth1`` (:math:`D_1`), and as the
+    configuration needs ``growth2`` (:math:`D_2 \\approx -\\tfrac37 D_1^2`), ``rate1``,
+    ``rate2`` (:math:`f_1, f_2`), ``b1``, ``b2``, ``bs2``, ``bnabla2``
+    (:attr:`parameter_names`). The biases default to 0 when omitted (``bnabla2``: term
+    skipped).
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        *,
+        order: int = 2,
+        rsd: bool = True,
+        los_axis: int = -1,
+        bias: str | None = "lagrangian",
+        deconvolve: bool = True,
+    ):
+        if order not in (1, 2):
+            raise ValueError(f"order must be 1 or 2, got {order!r}")
+        if bias not in BIAS_KINDS:
+            raise ValueError(f"bias must be one of {BIAS_KINDS}, got {bias!r}")
+        self.lpt = LagrangianPerturbation(grid)
+        self.grid = grid
+        self.order = order
+        self.rsd = bool(rsd)
+        self.los_axis = line_of_sight(los_axis)
+        self.bias = bias
+        self.deconvolve = bool(deconvolve)
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        """Names of the keyword parameters this configuration reads."""
+        names = ["growth1"] + (["growth2"] if self.order == 2 else [])
+        if self.rsd:
+            names += ["rate1"] + (["rate2"] if self.order == 2 else [])
+        if self.bias == "lagrangian":
+            names += ["b1", "b2", "bs2", "bnabla2"]
+        return tuple(names)
+
+    def __repr__(self) -> str:
+        return (
+            f"LPTGalaxyForward(grid={self.grid}, order={self.order}, rsd={self.rsd}, "
+            f"los_axis={self.los_axis}, bias={self.bias!r}, deconvolve={self.deconvolve})"
+        )
+
+    def linear_response(self, *, growth1, rate1=None, b1=0.0, dtype=tf.float64, **_):
+        """The Kaiser factor :math:`D_1 (1 + b_1 + f_1 \\mu^2)` of this configuration
+        (:func:`~fieldhmc.models.rsd.kaiser_factor`; :math:`f_1 = 0` without RSD,
+        :math:`b_1 = 0` without bias), ``[chains or 1, n0, n1, n2 // 2 + 1]``: the linear
+        response of :meth:`from_modes` at low :math:`k`, for a linear surrogate. Other
+        parameters are accepted and ignored, so the keyword set of :meth:`from_modes` can
+        be passed as is."""
+        rate = rate1 if self.rsd else 0.0
+        bias = 1.0 + b1 if self.bias == "lagrangian" else 1.0
+        return kaiser_factor(self.grid, growth1, bias, rate, self.los_axis, dtype)
+
+    def from_modes(
+        self,
+        modes,
+        *,
+        growth1,
+        growth2=None,
+        rate1=None,
+        rate2=None,
+        b1=0.0,
+        b2=0.0,
+        bs2=0.0,
+        bnabla2=None,
+        return_modes: bool = False,
+    ) -> tf.Tensor:
+        """Galaxy overdensity from ``modes = rfft3d(delta)``.
+
+        Parameters
+        ----------
+        modes : tf.Tensor
+            complex ``[chains, n0, n1, n2 // 2 + 1]``.
+        growth1, growth2, rate1, rate2, b1, b2, bs2, bnabla2 : float or tf.Tensor
+            See the class notes.
+        return_modes : bool
+            With ``deconvolve``, return the deconvolved modes (one irfft3d fewer).
+
+        Returns
+        -------
+        tf.Tensor
+            real ``[chains, n0, n1, n2]`` (or complex modes), the real dtype of ``modes``.
+        """
+        modes = tf.convert_to_tensor(modes)
+        if self.order == 2 and growth2 is None:
+            raise ValueError("order 2 needs growth2")
+        if self.rsd and (rate1 is None or (self.order == 2 and rate2 is None)):
+            raise ValueError("rsd needs rate1 (and rate2 for order 2)")
+        if self.order == 1 and self.bias is None:  # the displacement needs the modes only
+            fields = LPTFields(modes, None, None, None)
+        else:
+            fields = self.lpt.fields_from_modes(modes)
+        dtype = modes.dtype.real_dtype
+        g2 = growth2 if self.order == 2 else None
+        if self.rsd:
+            g1, g2 = redshift_space_growth(growth1, g2, rate1, rate2, self.los_axis, dtype)
+        else:
+            g1 = growth1
+        disp = self.lpt.displacement(fields, g1, g2)
+        weights = None
+        if self.bias == "lagrangian":
+            weights = lagrangian_bias_weights(self.lpt, fields, growth1, b1, b2, bs2, bnabla2)
+        galaxies = cic_paint_lattice(disp, weights) - 1.0
+        if self.deconvolve:
+            return cic_deconvolve(galaxies, return_modes=return_modes)
+        return tf.signal.rfft3d(galaxies, self.grid.grid_shape) if return_modes else galaxies
+
+    def __call__(self, delta, **params) -> tf.Tensor:
+        """:meth:`from_modes` of ``rfft3d(delta)`` (``delta`` real ``[chains, n0, n1, n2]``)."""
+        delta = tf.convert_to_tensor(delta)
+        return self.from_modes(tf.signal.rfft3d(delta, self.grid.grid_shape), **params)
