@@ -532,9 +532,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     run_dir = _check_run_dir(args.run_dir)
+    io.check_not_locked(run_dir)  # a live run first: its checkpoint may not exist yet
+    io.check_resumable(run_dir)  # before TensorFlow starts, writing nothing
     with io.lock_run_directory(run_dir):
-        io.check_resumable(run_dir)  # before TensorFlow starts
-        _workflow().resume(run_dir, num_results=args.num_results)
+        _workflow().resume(run_dir, num_results=args.num_results)  # checks again, locked
     logger.info("run in %s resumed", run_dir)
     return EXIT_OK
 

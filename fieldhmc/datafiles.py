@@ -191,7 +191,8 @@ def _check_sigma_map(sigma: np.ndarray, path: Path, mask: np.ndarray | None) -> 
         where = "observed voxels (mask = 1)" if mask is not None else "voxels (no mask)"
         raise DataFileError(
             SIGMA_MAP_KEY,
-            f"noise standard deviations must be finite and > 0; {count} {where} are not, "
+            f"noise standard deviations must be finite (no NaN or Inf) and > 0; {count} "
+            f"{where} are not, "
             f"first {value:g} at {first}, in {path}",
         )
 
