@@ -278,7 +278,8 @@ def _resumable_run_dir(directory: Path) -> Path:
     run_dir = directory / "run"
     (run_dir / "checkpoint").mkdir(parents=True)
     (run_dir / "config.yaml").write_text(_config_file(directory).read_text())
-    np.savez(run_dir / "checkpoint" / "state.npz", x=np.zeros(3), __meta__=np.zeros(2, np.uint8))
+    meta = np.frombuffer(b"{}", np.uint8)
+    np.savez(run_dir / "checkpoint" / "state.npz", x=np.zeros(3), __meta__=meta)
     return run_dir
 
 
@@ -350,7 +351,7 @@ def test_internal_errors_are_one_line_exit_1(
     assert line.startswith("internal error: RuntimeError: a bug") and "--debug" in line
     assert cli.main(["run", str(_config_file(tmp_path)), "--overwrite", "--debug"]) == 1
     err = capsys.readouterr().err
-    assert "Traceback" in err and 'raise self.error' in err
+    assert "Traceback" in err and "raise self.error" in err
     assert err.strip().splitlines()[-1] == "internal error: RuntimeError: a bug"
 
 
