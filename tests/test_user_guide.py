@@ -29,11 +29,11 @@ SHORTEN = [
     ("num_leapfrog_steps: 16", "num_leapfrog_steps: 4"),
     ("field_thin: 10 ", "field_thin: 5 "),
     ("--num-results 1000", "--num-results 28"),
-    (
-        'kind="hmc", num_chains=4, num_burnin_steps=300, num_results=500,',
-        'kind="hmc", num_chains=2, num_burnin_steps=20, num_results=20,',
-    ),
-    ("num_leapfrog_steps=16, field_thin=10,", "num_leapfrog_steps=4, field_thin=5,"),
+    ("    num_chains=4,\n", "    num_chains=2,\n"),
+    ("num_burnin_steps=300,", "num_burnin_steps=20,"),
+    ("num_results=500,", "num_results=20,"),
+    ("num_leapfrog_steps=16,", "num_leapfrog_steps=4,"),
+    ("field_thin=10,", "field_thin=5,"),
 ]
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
