@@ -6,13 +6,15 @@ a child per case (so that no case sees what another imported); the child calls
 ``fieldhmc.cli.main`` and records its exit status, its stderr, its wall time, whether TensorFlow got
 imported and a fingerprint of every watched directory before and after. The tests then
 check one case each. A real ``python -m fieldhmc`` subprocess is timed as well
-(interpreter start included).
+(interpreter start included). Times are CPU seconds (< 2; TensorFlow's import alone
+takes ~5), with a loose wall-clock bound, since the machine may be shared.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import textwrap
@@ -25,7 +27,10 @@ import pytest
 from fieldhmc.config import dump_yaml
 
 SHAPE = (8, 8, 8)
+# The time to the message: CPU seconds of the process (importing TensorFlow alone takes
+# ~5 CPU s), and a loose wall-clock bound -- the machine the tests share may be loaded.
 MAX_SECONDS = 2.0
+MAX_WALL_SECONDS = 10.0
 
 _DRIVER = textwrap.dedent(
     """
@@ -60,7 +65,7 @@ _DRIVER = textwrap.dedent(
         if pid == 0:
             with tempfile.TemporaryFile() as err:
                 os.dup2(err.fileno(), 2)
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), time.process_time()
                 try:
                     code = cli.main(case["argv"])
                 except BaseException as exc:  # a traceback: recorded
@@ -68,12 +73,14 @@ _DRIVER = textwrap.dedent(
                     traceback.print_exc()
                     code = f"raised {type(exc).__name__}"
                 seconds = time.perf_counter() - t0
+                cpu_seconds = time.process_time() - cpu0
                 sys.stderr.flush()
                 err.seek(0)
                 stderr = err.read().decode()
             tf = sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow")
             out_path.write_text(json.dumps(
-                {"code": code, "stderr": stderr, "seconds": seconds, "tensorflow": tf[:3]}
+                {"code": code, "stderr": stderr, "seconds": seconds,
+                 "cpu_seconds": cpu_seconds, "tensorflow": tf[:3]}
             ))
             os._exit(0)
         os.waitpid(pid, 0)
@@ -325,19 +332,25 @@ def test_bad_input_is_one_line_exit_2_before_tensorflow(results, case):
     assert fragment in line, line
     assert r["unchanged"], f"{case} wrote or deleted something"
     assert r["tensorflow"] == [], r["tensorflow"]
-    assert r["seconds"] < MAX_SECONDS, r["seconds"]
+    assert r["cpu_seconds"] < MAX_SECONDS, r["cpu_seconds"]
+    assert r["seconds"] < MAX_WALL_SECONDS, r["seconds"]
     if case.startswith("resume:"):
         assert "--overwrite" in line  # says how to restart
 
 
-def test_cli_subprocess_wall_time_to_the_message(tmp_path):
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def test_cli_subprocess_time_to_the_message(tmp_path):
     """Interpreter start included: a bad data file is reported within 2 s."""
     _good_files(tmp_path)
     good = _config(tmp_path)
     bad = _bad_files(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     for name, key in [("nan_observed", "data.path"), ("empty", "model.likelihood.mask.file")]:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _children_cpu()
         proc = subprocess.run(
             [sys.executable, "-m", "fieldhmc", "run", str(good), "--out", str(tmp_path / "o")]
             + ["--set", f"{key}={bad[name]}"],
@@ -347,11 +360,12 @@ def test_cli_subprocess_wall_time_to_the_message(tmp_path):
             env=env,
             check=False,
         )
-        seconds = time.perf_counter() - t0
+        seconds, cpu_seconds = time.perf_counter() - t0, _children_cpu() - cpu0
         assert proc.returncode == 2, proc.stderr
         (line,) = proc.stderr.strip().splitlines()
         assert line.startswith(f"config error: {key}: ")
-        assert seconds < MAX_SECONDS, seconds
+        assert cpu_seconds < MAX_SECONDS, cpu_seconds  # interpreter start included
+        assert seconds < MAX_WALL_SECONDS, seconds
         assert not (tmp_path / "o").exists()
 
 
