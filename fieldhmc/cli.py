@@ -1,11 +1,15 @@
 """Command-line interface: parse arguments, load the config, call the library.
 
 The CLI is deliberately thin. For ``simulate`` and ``run`` it validates the
-configuration first (no TensorFlow import, nothing written), then checks the
-output directory, and only then imports :mod:`fieldhmc.workflow`, which does the
-work. User errors (invalid config, refused overwrite, a ``ValueError`` or
-``FileNotFoundError`` from the library) are printed as one line on stderr and
-give exit status 2; ``-v`` adds the traceback.
+configuration and its input files first (no TensorFlow import, nothing written),
+estimates the peak memory, checks and locks the output directory, and only then
+imports :mod:`fieldhmc.workflow`, which does the work. ``resume``, ``diagnose`` and
+``plot`` lock the run directory too (and ``resume`` checks its checkpoint) before
+TensorFlow starts. User errors (invalid config or data file, a run directory that is
+locked, not writable or not resumable, refused overwrite, a ``ValueError``,
+``OSError`` or ``FileNotFoundError`` from the library) are printed as one line on
+stderr and give exit status 2; anything else is an internal error: one line and exit
+status 1. ``--debug`` (or ``-v``) adds the traceback.
 
 A clean console: by default only fieldhmc's own lines reach the terminal. The CLI (never
 the library) sets ``TF_CPP_MIN_LOG_LEVEL=3`` before TensorFlow is imported, drops the
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from fieldhmc import config as config_module
+from fieldhmc import io
 from fieldhmc.config import Config, ConfigError
 
 __all__ = ["build_parser", "main"]
@@ -42,9 +47,11 @@ __all__ = ["build_parser", "main"]
 logger = logging.getLogger(__name__)
 
 EXIT_OK = 0
+EXIT_INTERNAL = 1
 EXIT_USAGE = 2
 
-_LIBRARY_ERRORS = (ValueError, FileNotFoundError, FileExistsError)
+# OSError covers FileNotFoundError, FileExistsError, PermissionError, a full disk.
+_LIBRARY_ERRORS = (ValueError, OSError, MemoryError)
 
 _EXAMPLES = {
     "fieldhmc": """\
@@ -61,6 +68,8 @@ examples:
 examples:
   fieldhmc simulate configs/quickstart.yaml --out data/quickstart
   fieldhmc simulate configs/masked_64.yaml --out data/masked --set data.seed=7 --overwrite
+
+Refused, like run, when the run's estimated peak memory exceeds what is available.
 """,
     "run": """\
 examples:
@@ -138,6 +147,12 @@ def _verbosity_parser(*, is_top_level: bool) -> argparse.ArgumentParser:
         action="store_true",
         default=False if is_top_level else argparse.SUPPRESS,
         help="only warnings and errors",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=False if is_top_level else argparse.SUPPRESS,
+        help="show the traceback of any error",
     )
     return parser
 
@@ -234,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = add("simulate", _cmd_simulate, "Simulate a field and data from a config.")
     sub.add_argument("config", type=Path, metavar="CONFIG", help="YAML config file")
+    _add_memory_check(sub)
     sub.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     _add_overrides(sub)
     sub.add_argument(
@@ -439,11 +455,26 @@ class _UsageError(Exception):
 def _check_output_dir(out_dir: Path, overwrite: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise _UsageError(f"output path exists and is not a directory: {out_dir}")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
-        raise _UsageError(
-            f"output directory is not empty: {out_dir} (pass --overwrite to replace "
-            "fieldhmc's files in it)"
-        )
+    if out_dir.is_dir():
+        io.check_not_locked(out_dir)  # a live run is named, even with --overwrite
+        if not overwrite and not io.is_empty_run_directory(out_dir):
+            raise _UsageError(
+                f"output directory is not empty: {out_dir} (pass --overwrite to replace "
+                "fieldhmc's files in it)"
+            )
+
+
+@contextlib.contextmanager
+def _locked_output_dir(out_dir: Path, overwrite: bool) -> Iterator[None]:
+    """Check ``out_dir`` (writing nothing), then lock it and check again under the lock.
+
+    The first check refuses early and touches nothing; the lock is what keeps two
+    processes apart (the second check sees what a concurrent winner has written).
+    """
+    _check_output_dir(out_dir, overwrite)
+    with io.lock_run_directory(out_dir, create=True):
+        _check_output_dir(out_dir, overwrite)
+        yield
 
 
 def _check_run_dir(run_dir: Path) -> Path:
@@ -468,9 +499,11 @@ def _workflow() -> Any:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     config = _load(args)
     out_dir = Path(os.path.abspath(args.out))
-    _check_output_dir(out_dir, args.overwrite)
+    estimate = _check_memory(args, config)  # the run's estimate: refused where run would be
     config = config.with_output_directory(out_dir)
-    _workflow().simulate(config, out_dir, overwrite=args.overwrite)
+    with _locked_output_dir(out_dir, args.overwrite):
+        logger.debug("simulate: %s; peak memory of a run %s", config.summary(), estimate)
+        _workflow().simulate(config, out_dir, overwrite=args.overwrite)
     logger.info("simulated data written to %s", out_dir)
     return EXIT_OK
 
@@ -490,29 +523,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
         config = config.with_output_directory(args.out)
     out_dir = config.outputs.directory
     estimate = _check_memory(args, config)  # before anything is written
-    _check_output_dir(out_dir, args.overwrite)
-    logger.info("run: %s; peak memory %s", config.summary(), estimate)
-    _workflow().run(config, out_dir, overwrite=args.overwrite)
+    with _locked_output_dir(out_dir, args.overwrite):
+        logger.info("run: %s; peak memory %s", config.summary(), estimate)
+        _workflow().run(config, out_dir, overwrite=args.overwrite)
     logger.info("run written to %s", out_dir)
     return EXIT_OK
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     run_dir = _check_run_dir(args.run_dir)
-    _workflow().resume(run_dir, num_results=args.num_results)
+    io.check_not_locked(run_dir)  # a live run first: its checkpoint may not exist yet
+    io.check_resumable(run_dir)  # before TensorFlow starts, writing nothing
+    with io.lock_run_directory(run_dir):
+        _workflow().resume(run_dir, num_results=args.num_results)  # checks again, locked
     logger.info("run in %s resumed", run_dir)
     return EXIT_OK
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
     run_dir = _check_run_dir(args.run_dir)
-    _workflow().diagnose(run_dir)
+    with io.lock_run_directory(run_dir):
+        _workflow().diagnose(run_dir)
     return EXIT_OK
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
     run_dir = _check_run_dir(args.run_dir)
-    _workflow().plot(run_dir)
+    with io.lock_run_directory(run_dir):
+        _workflow().plot(run_dir)
     return EXIT_OK
 
 
@@ -614,7 +652,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        Exit status: 0 on success, 2 for usage, configuration and data errors.
+        Exit status: 0 on success, 2 for usage, configuration, data and run-directory
+        errors, 1 for internal errors (a bug: ``--debug`` shows the traceback).
     """
     parser = build_parser()
     try:
@@ -628,17 +667,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    debug = args.debug or args.verbose > 0
     try:
         return args.handler(args)
-    except ConfigError as exc:  # already one line naming the key; no traceback
-        return _report(str(exc))
-    except _UsageError as exc:
-        return _report(f"error: {exc}")
+    except ConfigError as exc:  # already one line naming the key
+        return _report(str(exc), with_traceback=args.debug)
+    except (_UsageError, io.RunDirectoryError) as exc:
+        return _report(f"error: {exc}", with_traceback=args.debug)
     except _LIBRARY_ERRORS as exc:
-        return _report(f"error: {exc}", with_traceback=args.verbose > 0)
+        return _report(f"error: {exc}", with_traceback=debug)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug: one line, the traceback on request
+        hint = "" if debug else " (run with --debug for the traceback)"
+        _report(f"internal error: {type(exc).__name__}: {exc}{hint}", with_traceback=debug)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -58,6 +58,8 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError, PydanticUndefined
 
+from fieldhmc import datafiles
+
 __all__ = [
     "Config",
     "ConfigError",
@@ -286,29 +288,6 @@ def _require_file(path: Path | None, suffixes: Sequence[str] = ()) -> Path | Non
     return path
 
 
-def _load_npy(path: Path) -> np.ndarray:
-    try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read {path} as .npy: {exc}") from None
-
-
-def _check_grid_array(
-    array: np.ndarray, path: Path, grid_shape: tuple[int, ...], *, allow_nonfinite: bool = False
-) -> None:
-    if tuple(array.shape) != tuple(grid_shape):
-        raise ValueError(
-            f"array shape {tuple(array.shape)} in {path} does not match grid.shape "
-            f"{tuple(grid_shape)}"
-        )
-    if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or np.iscomplexobj(
-        array
-    ):
-        raise ValueError(f"must hold real numbers (got dtype {array.dtype} in {path})")
-    if not allow_nonfinite and not np.isfinite(array).all():
-        raise ValueError(f"contains NaN or Inf values: {path}")
-
-
 def _array_error(field: str, check: Any, *args: Any, **kwargs: Any) -> None:
     """Run a file check, re-raising its ``ValueError`` as an error at ``field``."""
     try:
@@ -317,63 +296,6 @@ def _array_error(field: str, check: Any, *args: Any, **kwargs: Any) -> None:
         raise
     except ValueError as exc:
         raise _field_error(field, str(exc)) from None
-
-
-def _check_sigma_map(path: Path, grid_shape: tuple[int, ...]) -> None:
-    array = _load_npy(path)
-    _check_grid_array(array, path, grid_shape)
-    if not (array > 0).all():
-        raise ValueError(f"all values must be > 0 (min {float(array.min()):g} in {path})")
-
-
-def _check_mask_file(path: Path, grid_shape: tuple[int, ...]) -> None:
-    array = _load_npy(path)
-    _check_grid_array(array, path, grid_shape)
-    low, high = float(array.min()), float(array.max())
-    if low < 0 or high > 1:
-        raise ValueError(f"values must lie in [0, 1] (got min {low:g}, max {high:g} in {path})")
-    if high == 0:
-        raise ValueError(f"mask is zero everywhere, nothing is observed: {path}")
-
-
-def _check_data_file(path: Path, key: str, grid_shape: tuple[int, ...]) -> None:
-    """Check shape and dtype of the observed data; NaN is allowed (masked voxels)."""
-    suffix = path.suffix.lower()
-    if suffix == ".npy":
-        array = _load_npy(path)
-        _check_grid_array(array, path, grid_shape, allow_nonfinite=True)
-        return
-    if suffix == ".npz":
-        try:
-            with np.load(path, allow_pickle=False) as archive:
-                names = list(archive.files)
-                if key not in names:
-                    raise KeyError(key)
-                array = archive[key]
-        except KeyError:
-            raise _field_error(
-                "data.key", f"array {key!r} not found in {path} (available: {', '.join(names)})"
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read {path} as .npz: {exc}") from None
-        _check_grid_array(array, path, grid_shape, allow_nonfinite=True)
-        return
-    import h5py  # only needed here; keeps `import fieldhmc.config` light
-
-    try:
-        with h5py.File(path, "r") as handle:
-            if key not in handle or not isinstance(handle[key], h5py.Dataset):
-                names = ", ".join(handle.keys())
-                raise _field_error(
-                    "data.key", f"dataset {key!r} not found in {path} (available: {names})"
-                )
-            shape = tuple(handle[key].shape)
-    except OSError as exc:
-        raise ValueError(f"cannot read {path} as HDF5: {exc}") from None
-    if shape != tuple(grid_shape):
-        raise ValueError(
-            f"dataset shape {shape} in {path} does not match grid.shape {tuple(grid_shape)}"
-        )
 
 
 def _check_power_table(path: Path) -> None:
@@ -562,7 +484,9 @@ class MaskConfig(BaseModel):
     model_config = _FROZEN
 
     file: NpyFile = Field(
-        None, description=".npy array of grid shape with values in [0, 1], not all zero."
+        None,
+        description=".npy array of grid shape, 1 = observed, 0 = masked: only 0 and 1 for "
+        "the gaussian kinds, a completeness in [0, 1] for lognormal_poisson; not all zero.",
     )
     generate: MaskGenerateConfig | None = Field(
         None, description="Generate a mask instead of reading one."
@@ -594,7 +518,8 @@ class LikelihoodConfig(BaseModel):
     sigma_map: NpyFile = Field(
         None,
         description=".npy array of grid shape with the noise standard deviation per voxel, "
-        "finite and > 0 (gaussian kinds).",
+        "finite and > 0 on observed voxels, any value (NaN too) on masked ones (gaussian "
+        "kinds).",
     )
     mask: MaskConfig | None = Field(
         None,
@@ -782,7 +707,8 @@ class DataConfig(BaseModel):
     path: DataFile = Field(
         None,
         description=f"Data file ({', '.join(DATA_SUFFIXES)}) holding an array of grid shape "
-        "(NaN allowed in masked voxels); required for source=file, forbidden otherwise.",
+        "(any value, NaN too, in masked voxels: they are ignored); required for source=file, "
+        "forbidden otherwise.",
     )
     key: str = Field(
         "data", min_length=1, strict=True, description="Array name inside .npz/.h5/.hdf5 files."
@@ -1022,16 +948,19 @@ class Config(BaseModel):
     def _cross_check(self) -> "Config":
         shape = self.grid.shape
         likelihood = self.model.likelihood
-        if likelihood.sigma_map is not None:
-            _array_error(
-                "model.likelihood.sigma_map", _check_sigma_map, likelihood.sigma_map, shape
+        mask = likelihood.mask
+        try:  # NumPy only, before TensorFlow; the workflow reads them with the same rules
+            datafiles.check_inputs(
+                shape,
+                likelihood.kind,
+                data_path=self.data.path,
+                data_key=self.data.key,
+                mask_path=None if mask is None else mask.file,
+                sigma_map_path=likelihood.sigma_map,
+                has_generated_mask=mask is not None and mask.generate is not None,
             )
-        if likelihood.mask is not None and likelihood.mask.file is not None:
-            _array_error(
-                "model.likelihood.mask.file", _check_mask_file, likelihood.mask.file, shape
-            )
-        if self.data.path is not None:
-            _array_error("data.path", _check_data_file, self.data.path, self.data.key, shape)
+        except datafiles.DataFileError as exc:
+            raise _field_error(exc.key, exc.message) from None
         if self.sampler.init == "wiener":
             if self.model.forward is not None:
                 raise _field_error(
@@ -1363,6 +1292,9 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> 
             str(path), f"top level must be a mapping of sections (got {type(raw).__name__})"
         )
     raw = copy.deepcopy(raw)
+    # A run directory's config.yaml records the versions that wrote it; it stays a
+    # config that `fieldhmc run` accepts (to restart the run).
+    raw.pop("versions", None)
     for assignment in overrides:
         _apply_override(raw, assignment)
     return config_from_dict(raw, path.parent)

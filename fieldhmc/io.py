@@ -15,6 +15,16 @@ A run directory::
     plots/*.png
     checkpoint/        sampler state after the last chunk (resume reads it)
     tensorboard/       per-chunk scalars, when outputs.tensorboard is true
+    .fieldhmc.lock     the run-directory lock (holds the pid of the last holder)
+
+Every command that writes or reads a run (``run``, ``resume``, ``simulate``,
+``diagnose``, ``plot``) holds an exclusive ``fcntl.flock`` on ``.fieldhmc.lock`` for its
+whole life (:func:`lock_run_directory`): a second process gets
+:class:`RunDirectoryLocked` naming the holder's pid and touches nothing, and
+``--overwrite`` never deletes a run that is still going. The OS drops the lock when
+its holder dies, however it dies, so a stale lock file is simply taken over. The file
+itself is never deleted (a process waiting on the old inode would then lock a
+different file than a newcomer).
 
 Every file is written to a temporary name in its directory and renamed into place,
 so an interrupted write never leaves a half-written file behind. ``samples.nc`` and
@@ -24,18 +34,28 @@ them without fieldhmc installed).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 
 __all__ = [
+    "LOCK_NAME",
     "OWNED_NAMES",
     "RunDirectory",
+    "RunDirectoryError",
+    "RunDirectoryLocked",
     "atomic_write",
+    "check_not_locked",
+    "check_resumable",
+    "is_empty_run_directory",
+    "lock_run_directory",
     "prepare_run_directory",
     "write_json",
     "write_npy",
@@ -56,6 +76,29 @@ OWNED_NAMES = (
 )
 
 
+LOCK_NAME = ".fieldhmc.lock"
+#: ``checkpoint/<name>``: the sampler's checkpoint (``fieldhmc.samplers.checkpoint``
+#: writes it; named here too so that ``resume`` checks it before TensorFlow starts).
+CHECKPOINT_FILE = "state.npz"
+
+
+class RunDirectoryError(Exception):
+    """A run directory that cannot be used as asked (one line; the CLI exits 2)."""
+
+
+class RunDirectoryLocked(RunDirectoryError):
+    """Another live process holds the run directory's lock."""
+
+    def __init__(self, root: Path, pid: int | None):
+        self.root = root
+        self.pid = pid
+        holder = f"process {pid}" if pid is not None else "another process"
+        super().__init__(
+            f"run directory {root} is in use by {holder} (a run, resume, diagnose or plot "
+            "still going); wait for it to finish or stop it first"
+        )
+
+
 class RunDirectory:
     """Paths of one run directory (see the module docstring for the layout)."""
 
@@ -72,6 +115,7 @@ class RunDirectory:
     report = property(lambda self: self.root / "report.txt")
     plots = property(lambda self: self.root / "plots")
     checkpoint = property(lambda self: self.root / "checkpoint")
+    lock = property(lambda self: self.root / LOCK_NAME)
 
     def data(self, name: str) -> Path:
         return self.data_dir / f"{name}.npy"
@@ -91,7 +135,7 @@ def prepare_run_directory(root: str | os.PathLike, overwrite: bool) -> RunDirect
     run = RunDirectory(root)
     if run.root.exists() and not run.root.is_dir():
         raise FileExistsError(f"{run.root} exists and is not a directory")
-    if run.root.exists() and any(run.root.iterdir()):
+    if run.root.exists() and not is_empty_run_directory(run.root):
         if not overwrite:
             raise FileExistsError(
                 f"run directory {run.root} exists and is not empty (use --overwrite)"
@@ -106,6 +150,144 @@ def prepare_run_directory(root: str | os.PathLike, overwrite: bool) -> RunDirect
                 path.unlink()
     run.root.mkdir(parents=True, exist_ok=True)
     return run
+
+
+def is_empty_run_directory(root: str | os.PathLike) -> bool:
+    """True if ``root`` holds nothing but (perhaps) the lock file."""
+    return all(entry.name == LOCK_NAME for entry in Path(root).iterdir())
+
+
+# Locks this process holds: root -> [fd, depth]. Re-entrant, so that the CLI can take the
+# lock before TensorFlow starts and workflow.run (which also takes it, for callers from
+# Python) runs inside it: two flocks on two descriptors of one file would exclude each
+# other even within one process.
+_HELD: dict[Path, list[int]] = {}
+
+
+def _read_pid(fd: int) -> int | None:
+    """The pid a holder wrote; it writes it just after locking, so wait a moment."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit():
+            return int(text)
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.02)
+
+
+def _probe(root: Path) -> int | None:
+    """The pid of another process holding ``root``'s lock, or None; creates nothing."""
+    if root in _HELD:
+        return None
+    try:
+        fd = os.open(root / LOCK_NAME, os.O_RDONLY)
+    except OSError:  # no lock file (or unreadable): nobody can hold it
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = _read_pid(fd)
+        return pid if pid is not None else -1
+    finally:
+        os.close(fd)  # also drops the shared lock, if it was taken
+    return None
+
+
+def check_not_locked(root: str | os.PathLike) -> None:
+    """Raise :class:`RunDirectoryLocked` if another process holds ``root``'s lock.
+
+    A check that writes nothing, for refusing early (before TensorFlow starts); only
+    :func:`lock_run_directory` excludes other processes.
+    """
+    root = Path(os.path.abspath(root))
+    pid = _probe(root)
+    if pid is not None:
+        raise RunDirectoryLocked(root, None if pid < 0 else pid)
+
+
+@contextlib.contextmanager
+def lock_run_directory(root: str | os.PathLike, create: bool = False) -> Iterator[Path]:
+    """Hold the run directory's exclusive lock for the ``with`` block (re-entrant).
+
+    Parameters
+    ----------
+    root : path-like
+        The run directory.
+    create : bool
+        Create ``root`` (and parents) if missing (``run``, ``simulate``); else it must
+        exist.
+
+    Raises
+    ------
+    RunDirectoryLocked
+        Another live process holds the lock (its pid is in the message).
+    RunDirectoryError
+        ``root`` cannot be created or written (read-only, no permission).
+    """
+    root = Path(os.path.abspath(root))
+    held = _HELD.get(root)
+    if held is not None:
+        held[1] += 1
+        try:
+            yield root
+        finally:
+            held[1] -= 1
+        return
+    try:
+        if create:
+            root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, _file_mode())
+    except OSError as exc:
+        raise RunDirectoryError(
+            f"cannot write to run directory {root}: {exc.strerror or exc}"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = _read_pid(fd)
+        os.close(fd)
+        raise RunDirectoryLocked(root, pid) from None
+    # The live holder's pid (a dead holder's stale pid is overwritten here).
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _HELD[root] = [fd, 1]
+    try:
+        yield root
+    finally:
+        del _HELD[root]
+        os.close(fd)  # releases the lock
+
+
+def check_resumable(root: str | os.PathLike) -> None:
+    """Check, before TensorFlow starts, that ``resume`` can read the run's checkpoint.
+
+    Raises
+    ------
+    RunDirectoryError
+        No ``config.yaml``; a missing, empty or truncated checkpoint, or one without
+        readable metadata (the message says how to restart the run).
+    """
+    run = RunDirectory(root)
+    if not run.config.exists():
+        raise RunDirectoryError(f"{run.root} is not a fieldhmc run directory (no config.yaml)")
+    path = run.checkpoint / CHECKPOINT_FILE
+    restart = f"restart the run with `fieldhmc run {run.config} --out {run.root} --overwrite`"
+    if not path.exists():
+        raise RunDirectoryError(
+            f"no checkpoint at {path}: the run stopped before its first chunk was saved; {restart}"
+        )
+    import zipfile
+
+    # The archive's directory (at its end: a truncated file loses it) and the small
+    # metadata entry; the state arrays themselves (GBs at 256³) are not read here.
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            json.loads(bytes(archive["__meta__"]).decode())
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        size = path.stat().st_size
+        what = "empty (0 bytes)" if size == 0 else f"unreadable ({type(exc).__name__}: {exc})"
+        raise RunDirectoryError(f"checkpoint {path} is {what}; {restart}") from None
 
 
 def _file_mode() -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from fieldhmc import config as cfg
-from fieldhmc import io
+from fieldhmc import datafiles, io
 
 __all__ = ["diagnose", "plot", "resume", "run", "simulate"]
 
@@ -44,6 +44,16 @@ def _versions() -> dict[str, str]:
     }
 
 
+@contextlib.contextmanager
+def _file_error():
+    """An input file's :class:`~fieldhmc.datafiles.DataFileError` as the config error
+    ``validate`` gives (one line naming the key)."""
+    try:
+        yield
+    except datafiles.DataFileError as exc:
+        raise cfg.ConfigError(exc.key, exc.message) from None
+
+
 def _build_power(power: cfg.PowerConfig):
     from fieldhmc import models
 
@@ -59,11 +69,14 @@ def _build_power(power: cfg.PowerConfig):
 def _mask(config: cfg.Config, grid) -> np.ndarray | None:
     from fieldhmc import models
 
-    mask = config.model.likelihood.mask
+    lik = config.model.likelihood
+    mask = lik.mask
     if mask is None:
         return None
     if mask.file is not None:
-        return np.load(mask.file).astype(np.float64)
+        with _file_error():
+            loaded = datafiles.load_mask(mask.file, config.grid.shape, lik.kind)
+        return np.asarray(loaded, dtype=np.float64)
     g = mask.generate
     return models.make_mask(grid, g.kind, g.fraction, g.seed)
 
@@ -128,7 +141,8 @@ def build_model(
         if lik.kind == "lognormal_poisson":
             return models.LognormalPoissonModel(grid, power, lik.nbar, mask, **common)
         if sigma_map is None and lik.sigma_map is not None:
-            sigma_map = np.load(lik.sigma_map)
+            with _file_error():
+                sigma_map = datafiles.load_sigma_map(lik.sigma_map, config.grid.shape, mask)
         sigma = sigma_map if sigma_map is not None else lik.sigma
         return models.GaussianFieldModel(grid, power, sigma, mask, **common)
     except models.ForwardModelError as exc:
@@ -167,22 +181,22 @@ class _Data:
     truth_latents: dict[str, np.ndarray] | None
 
 
-def _load_data_file(config: cfg.Config) -> np.ndarray:
-    path = Path(config.data.path)
-    if path.suffix == ".npy":
-        return np.load(path)
-    if path.suffix == ".npz":
-        with np.load(path) as f:
-            return f[config.data.key]
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        return f[config.data.key][()]
+def _load_data_file(config: cfg.Config, mask: np.ndarray | None) -> np.ndarray:
+    """The data file, checked as ``validate`` checks it; masked voxels set to 0."""
+    with _file_error():
+        return datafiles.load_data(
+            config.data.path,
+            config.data.key,
+            config.grid.shape,
+            config.model.likelihood.kind,
+            mask,
+        )
 
 
 def _obtain_data(config: cfg.Config, model) -> _Data:
     if config.data.source == "file":
-        return _Data(model.check_data(_load_data_file(config)), None, None)
+        data = _load_data_file(config, getattr(model, "mask", None))
+        return _Data(model.check_data(data), None, None)
     from fieldhmc.samplers import stateless_seed
 
     draw = model.sample(seed=stateless_seed(config.data.seed))
@@ -229,9 +243,10 @@ def simulate(config: cfg.Config, out_dir: Path, overwrite: bool = False) -> io.R
             f"(got {config.data.source})"
         )
     model = build_model(config)
-    run = io.prepare_run_directory(out_dir, overwrite)
-    _write_config(run, config)
-    _write_data(run, model, _obtain_data(config, model))
+    with io.lock_run_directory(out_dir, create=True):
+        run = io.prepare_run_directory(out_dir, overwrite)
+        _write_config(run, config)
+        _write_data(run, model, _obtain_data(config, model))
     _log.info("simulated truth and data in %s", run.data_dir)
     return run
 
@@ -512,31 +527,47 @@ def run(
     plots: bool = True,
 ) -> io.RunDirectory:
     """Simulate or load data, sample, write the run directory, diagnose and (if
-    ``plots``) plot."""
+    ``plots``) plot.
+
+    The run directory's lock (:func:`fieldhmc.io.lock_run_directory`) is held from
+    before anything in ``out_dir`` is deleted or written until the plots are written:
+    another process on the same directory gets :class:`fieldhmc.io.RunDirectoryLocked`.
+    """
     mesh = _mesh(config)
     model = build_model(config)
     d = _obtain_data(config, model)
-    rundir = io.prepare_run_directory(out_dir, overwrite)
-    _write_config(rundir, config)
-    _write_data(rundir, model, d)
-    # Truth, its latents and the data are on disk now: _sample reads the data back and
-    # the diagnostics the rest.
-    del d
-    _sample(rundir, config, model, resume_run=False, progress=progress, mesh=mesh)
-    # diagnose and plot read everything back from the run directory: the model's
-    # constants are not needed there (~12 fields at 256³; its compiled functions form
-    # reference cycles, hence the collection).
-    del model
-    gc.collect()
-    diagnose(rundir.root)
-    if plots:
-        plot(rundir.root)
+    with io.lock_run_directory(out_dir, create=True):
+        rundir = io.prepare_run_directory(out_dir, overwrite)
+        _write_config(rundir, config)
+        _write_data(rundir, model, d)
+        # Truth, its latents and the data are on disk now: _sample reads the data back and
+        # the diagnostics the rest.
+        del d
+        _sample(rundir, config, model, resume_run=False, progress=progress, mesh=mesh)
+        # diagnose and plot read everything back from the run directory: the model's
+        # constants are not needed there (~12 fields at 256³; its compiled functions form
+        # reference cycles, hence the collection).
+        del model
+        gc.collect()
+        diagnose(rundir.root)
+        if plots:
+            plot(rundir.root)
     return rundir
 
 
 def resume(run_dir: Path, num_results: int | None = None, progress: bool = True) -> io.RunDirectory:
-    """Continue a killed run from its checkpoint, or extend a finished one."""
-    rundir = io.RunDirectory(run_dir)
+    """Continue a killed run from its checkpoint, or extend a finished one.
+
+    Holds the run directory's lock throughout (a run still going is refused with
+    :class:`fieldhmc.io.RunDirectoryLocked`); a missing or unreadable checkpoint is a
+    :class:`fieldhmc.io.RunDirectoryError` saying how to restart.
+    """
+    with io.lock_run_directory(run_dir):
+        io.check_resumable(run_dir)
+        return _resume(io.RunDirectory(run_dir), num_results, progress)
+
+
+def _resume(rundir: io.RunDirectory, num_results: int | None, progress: bool) -> io.RunDirectory:
     config = _read_config(rundir)
     mesh = _mesh(config)
     if num_results is not None and num_results < config.sampler.num_results:

@@ -10,6 +10,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import fieldhmc
@@ -272,9 +273,18 @@ def test_relative_out_is_relative_to_working_directory(
     assert out_dir == work / "runs" / "a" == config.outputs.directory
 
 
+def _resumable_run_dir(directory: Path) -> Path:
+    """A run directory as far as ``resume`` checks it before TensorFlow starts."""
+    run_dir = directory / "run"
+    (run_dir / "checkpoint").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(_config_file(directory).read_text())
+    meta = np.frombuffer(b"{}", np.uint8)
+    np.savez(run_dir / "checkpoint" / "state.npz", x=np.zeros(3), __meta__=meta)
+    return run_dir
+
+
 def test_resume_diagnose_plot(tmp_path: Path, workflow: FakeWorkflow) -> None:
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    run_dir = _resumable_run_dir(tmp_path)
     assert cli.main(["resume", str(run_dir), "--num-results", "40"]) == 0
     assert cli.main(["resume", str(run_dir)]) == 0
     assert cli.main(["diagnose", str(run_dir)]) == 0
@@ -332,10 +342,17 @@ def test_library_error_traceback_with_verbose(
     assert err.strip().splitlines()[-1] == "error: bad data"
 
 
-def test_unexpected_errors_propagate(tmp_path: Path, workflow: FakeWorkflow) -> None:
+def test_internal_errors_are_one_line_exit_1(
+    tmp_path: Path, workflow: FakeWorkflow, capsys: pytest.CaptureFixture[str]
+) -> None:
     workflow.error = RuntimeError("a bug")
-    with pytest.raises(RuntimeError, match="a bug"):
-        cli.main(["run", str(_config_file(tmp_path))])
+    assert cli.main(["run", str(_config_file(tmp_path)), "--overwrite"]) == 1
+    line = _stderr_line(capsys)
+    assert line.startswith("internal error: RuntimeError: a bug") and "--debug" in line
+    assert cli.main(["run", str(_config_file(tmp_path)), "--overwrite", "--debug"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "raise self.error" in err
+    assert err.strip().splitlines()[-1] == "internal error: RuntimeError: a bug"
 
 
 # ---------------------------------------------------------------------------------------

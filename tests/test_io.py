@@ -75,3 +75,24 @@ def test_config_yaml_of_a_run_follows_the_umask(tmp_path, umask, monkeypatch):
     workflow._write_config(run, config)
     assert _mode(run.config) == 0o644
     assert cfg.read_yaml(run.config)["versions"] == {"fieldhmc": "test"}
+
+
+def test_checkpoint_name_matches_the_samplers():
+    """io checks the checkpoint before TensorFlow starts, so it names the file itself."""
+    from fieldhmc.samplers.checkpoint import CHECKPOINT_NAME
+
+    assert io.CHECKPOINT_FILE == CHECKPOINT_NAME
+
+
+def test_resumable_checkpoint_round_trip(tmp_path):
+    from fieldhmc.samplers.checkpoint import save_checkpoint
+
+    run = io.RunDirectory(tmp_path)
+    run.config.write_text("grid: {shape: [8, 8, 8]}\n")
+    run.checkpoint.mkdir()
+    save_checkpoint(run.checkpoint, {"x": np.arange(10.0)}, {"step": 3})
+    io.check_resumable(tmp_path)  # a real checkpoint passes
+    path = run.checkpoint / io.CHECKPOINT_FILE
+    path.write_bytes(path.read_bytes()[:-30])
+    with pytest.raises(io.RunDirectoryError, match="--overwrite"):
+        io.check_resumable(tmp_path)

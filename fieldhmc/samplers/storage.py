@@ -36,10 +36,25 @@ class MemorySink:
 
     def stacked_traces(self) -> dict[str, np.ndarray]:
         """All traces concatenated along the draw axis."""
+        if not self.traces:
+            raise ValueError("no traces in this MemorySink: Sampler.run has not stored a draw yet")
         return {k: np.concatenate([t[k] for t in self.traces]) for k in self.traces[0]}
 
     def stacked_fields(self) -> np.ndarray:
-        """All field draws ``[draw, chain, ...]``."""
+        """All field draws ``[draw, chain, ...]``.
+
+        Raises
+        ------
+        ValueError
+            No field draws were stored: the sampler stores them only when it was built
+            with ``FieldOutputs(..., store_fields=True)``.
+        """
+        if not self.fields:
+            raise ValueError(
+                "no field draws in this MemorySink: a Sampler stores field draws only when "
+                "built with FieldOutputs(field_fn, power_fn, store_fields=True); without "
+                "them, Sampler.run's summary['latent_state'] holds the final state"
+            )
         return np.concatenate(self.fields)
 
 
