@@ -356,3 +356,8 @@ def test_power_object_on_a_grid():
     d = growth_factors(0.3111, 0.5, "today").d1.numpy()
     np.testing.assert_allclose(half.numpy(kmag), fid * d**2, rtol=1e-13)
     assert "EisensteinHuPower(omega_m=0.3111" in repr(power)
+    # NumPy parameters are checked elementwise and batched like tensors
+    arrays = linear_power(kmag, np.array([0.3111, 0.3]), np.array([0.8102, 0.8]))
+    np.testing.assert_allclose(arrays, batched, rtol=1e-13)
+    with pytest.raises(ValueError, match="sigma8"):
+        linear_power(kmag, np.array([0.3111, 0.3]), np.array([0.8102, -0.8]))

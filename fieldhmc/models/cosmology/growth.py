@@ -72,11 +72,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
 import tensorflow as tf
 
 from fieldhmc.models.cosmology.background import matter_density
-from fieldhmc.models.cosmology.parameters import MIN_SCALE_FACTOR
+from fieldhmc.models.cosmology.parameters import MIN_SCALE_FACTOR, check_cosmology
 
 __all__ = ["GROWTH_NORMALIZATIONS", "GrowthFactors", "growth_factors"]
 
@@ -101,17 +100,6 @@ class GrowthFactors(NamedTuple):
     f1: tf.Tensor
     d2: tf.Tensor
     f2: tf.Tensor
-
-
-def _check_python(omega_m, a) -> None:
-    if not tf.is_tensor(omega_m):
-        om = np.asarray(omega_m, dtype=np.float64)
-        if not np.all((om > 0.0) & (om <= 1.0)):
-            raise ValueError(f"Omega_m must be in (0, 1], got {omega_m}")
-    if not tf.is_tensor(a):
-        av = np.asarray(a, dtype=np.float64)
-        if not np.all((av > 0.0) & (av <= 1.0)):
-            raise ValueError(f"scale factor a must be in (0, 1], got {a}")
 
 
 def _rhs(omega_m, x, state):
@@ -203,7 +191,9 @@ def growth_factors(
         raise ValueError(
             f"growth normalization must be one of {GROWTH_NORMALIZATIONS}, got {normalization!r}"
         )
-    _check_python(omega_m, a)
+    check_cosmology(  # Python values; no baryon bound here
+        None if tf.is_tensor(omega_m) else omega_m, None, None if tf.is_tensor(a) else a, 0.0
+    )
     lo = tf.constant(MIN_SCALE_FACTOR, tf.float64)
     one = tf.constant(1.0, tf.float64)
     omega_m = tf.clip_by_value(tf.convert_to_tensor(omega_m, tf.float64), lo, one)

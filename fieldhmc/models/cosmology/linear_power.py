@@ -174,7 +174,7 @@ def linear_power(
         a if _is_python(a) else None,
         fixed.omega_b,
     )
-    needs_growth = tf.is_tensor(a) or float(a) != 1.0
+    needs_growth = tf.is_tensor(a) or bool(np.any(np.asarray(a) != 1.0))
     omega_m, sigma8, a = clip_to_support(omega_m, sigma8, a, fixed.omega_b)
     batch = tf.broadcast_dynamic_shape(
         tf.broadcast_dynamic_shape(tf.shape(omega_m), tf.shape(sigma8)), tf.shape(a)

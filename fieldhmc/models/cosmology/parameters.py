@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = [
@@ -90,24 +91,34 @@ PLANCK18 = FixedCosmology()
 
 
 def check_cosmology(omega_m=None, sigma8=None, a=None, omega_b: float = PLANCK18.omega_b) -> None:
-    """Raise :class:`ValueError` naming the first unphysical Python value.
+    """Raise :class:`ValueError` naming the first unphysical Python (or NumPy) value.
 
     Parameters
     ----------
-    omega_m, sigma8, a : float, optional
-        Checked when given: :math:`\\Omega_b < \\Omega_m \\le 1`, :math:`\\sigma_8 > 0`,
-        :math:`0 < a \\le 1`.
+    omega_m, sigma8, a : float or array-like, optional
+        Checked elementwise when given: :math:`\\Omega_b < \\Omega_m \\le 1`,
+        :math:`\\sigma_8 > 0`, :math:`0 < a \\le 1`, all finite.
     omega_b : float
         :math:`\\Omega_b` for the lower bound of :math:`\\Omega_m`.
     """
-    if omega_m is not None:
-        om = _finite(omega_m, "Omega_m")
-        if not omega_b < om <= 1.0:
-            raise ValueError(f"Omega_m must be in (Omega_b, 1] = ({omega_b}, 1], got {om}")
-    if sigma8 is not None and not _finite(sigma8, "sigma8") > 0.0:
-        raise ValueError(f"sigma8 must be positive, got {sigma8}")
-    if a is not None and not 0.0 < _finite(a, "a") <= 1.0:
-        raise ValueError(f"scale factor a must be in (0, 1], got {a}")
+    checks = (
+        (
+            omega_m,
+            "Omega_m",
+            lambda x: (x > omega_b) & (x <= 1.0),
+            f"in (Omega_b, 1] = ({omega_b}, 1]",
+        ),
+        (sigma8, "sigma8", lambda x: x > 0.0, "positive"),
+        (a, "scale factor a", lambda x: (x > 0.0) & (x <= 1.0), "in (0, 1]"),
+    )
+    for value, name, is_ok, requirement in checks:
+        if value is None:
+            continue
+        x = np.asarray(value, dtype=np.float64)
+        if not np.all(np.isfinite(x)):
+            raise ValueError(f"{name} must be finite, got {value}")
+        if not np.all(is_ok(x)):
+            raise ValueError(f"{name} must be {requirement}, got {value}")
 
 
 def clip_to_support(omega_m, sigma8, a, omega_b: float = PLANCK18.omega_b):
