@@ -234,6 +234,7 @@ def lock_run_directory(root: str | os.PathLike, create: bool = False) -> Iterato
         finally:
             held[1] -= 1
         return
+    created = create and not root.exists()
     try:
         if create:
             root.mkdir(parents=True, exist_ok=True)
@@ -254,9 +255,23 @@ def lock_run_directory(root: str | os.PathLike, create: bool = False) -> Iterato
     _HELD[root] = [fd, 1]
     try:
         yield root
+    except BaseException:
+        if created:
+            _remove_if_only_lock(root)
+        raise
     finally:
         del _HELD[root]
         os.close(fd)  # releases the lock
+
+
+def _remove_if_only_lock(root: Path) -> None:
+    """Remove a directory this process created for a command that failed before writing
+    anything (a bad forward function, say): a refused run leaves nothing behind. Done
+    while the lock is still held, so no other process can be using the directory."""
+    with contextlib.suppress(OSError):
+        if is_empty_run_directory(root):
+            (root / LOCK_NAME).unlink()
+            root.rmdir()
 
 
 def check_resumable(root: str | os.PathLike) -> None:
