@@ -744,6 +744,8 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
         },
         grid_shape=config.grid.shape,
         missing_outputs=_missing_outputs(rundir, config),
+        preconditioner=config.sampler.preconditioner,
+        is_masked=config.model.likelihood.mask is not None,
     )
     summary = diagnostics.carry_over(summary, _previous_summary(rundir))
     io.write_json(rundir.summary, summary)

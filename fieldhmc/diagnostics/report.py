@@ -342,5 +342,8 @@ def format_report(summary: Mapping[str, Any]) -> str:
         if summary.get(key):
             body = section(summary[key])
             lines += body[:2] + _carried_note(carried, key) + body[2:]
+    advice = (summary.get("mixing") or {}).get("advice")
+    if advice:
+        lines += ["", advice]
     lines += _warning_lines(summary.get("warnings") or [], carried)
     return "\n".join(lines) + "\n"

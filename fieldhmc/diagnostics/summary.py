@@ -25,7 +25,7 @@ from fieldhmc.diagnostics import modes as _modes
 from fieldhmc.diagnostics import multiplicity
 from fieldhmc.diagnostics._text import _name_list, _plural
 from fieldhmc.diagnostics.convergence import MIN_ESS_PER_CHAIN, RHAT_THRESHOLD
-from fieldhmc.diagnostics.health import EBFMI_THRESHOLD, sampler_health
+from fieldhmc.diagnostics.health import EBFMI_THRESHOLD, preconditioner_advice, sampler_health
 from fieldhmc.diagnostics.multiplicity import FIELD_FALSE_ALARM
 from fieldhmc.diagnostics.scalars import summarize_scalars
 
@@ -355,6 +355,8 @@ def build_summary(
     metadata: Mapping[str, Any] | None = None,
     grid_shape: Sequence[int] | None = None,
     missing_outputs: Sequence[str] | None = None,
+    preconditioner: str | None = None,
+    is_masked: bool = False,
 ) -> dict[str, Any]:
     """Assemble the machine-readable run summary (``summary.json``).
 
@@ -395,6 +397,12 @@ def build_summary(
         One sentence per run output that is missing or unreadable and what could not be
         computed without it; each is a warning (section ``outputs``, listed first) and
         they are kept in ``missing_outputs``. See :func:`carry_over`.
+    preconditioner : str, optional
+        The run's ``sampler.preconditioner``; with ``is_masked`` (the likelihood has a
+        mask) it gives ``mixing["advice"]``, a line naming the preconditioner when the
+        scalars or field modes warn or E-BFMI is low
+        (:func:`~fieldhmc.diagnostics.health.preconditioner_advice`).
+    is_masked : bool, default False
 
     Returns
     -------
@@ -408,7 +416,8 @@ def build_summary(
         truth and Wiener checks), ``warning_sections`` (the same warnings by the section
         that gave them: ``outputs``, ``sampler``, ``scalars``, ``field``, ``truth``,
         ``wiener``), ``missing_outputs``, ``zero_by_symmetry``, ``carried_over`` (None;
-        see :func:`carry_over`) and ``healthy`` (no warnings).
+        see :func:`carry_over`), ``mixing`` (``{"poor": [what], "preconditioner",
+        "advice"}``) and ``healthy`` (no warnings).
     """
     fixed = zero_by_symmetry(list(posterior or {}), grid_shape)
     if fixed:
@@ -440,6 +449,15 @@ def build_summary(
     if wiener_out is not None:
         sections["wiener"] = _wiener_warnings(wiener_out, wiener_rms_tolerance)
     warnings = [w for section in sections.values() for w in section]
+    poor = [
+        what
+        for what, bad in (
+            ("scalars' R-hat/ESS", bool(sections.get("scalars"))),
+            ("field modes' R-hat/ESS", bool(sections.get("field"))),
+            ("E-BFMI", any(v < EBFMI_THRESHOLD for v in (sampler or {}).get("ebfmi") or [])),
+        )
+        if bad
+    ]
     summary = {
         "metadata": dict(metadata) if metadata is not None else {},
         "num_chains": num_chains,
@@ -462,6 +480,11 @@ def build_summary(
         "zero_by_symmetry": fixed,
         "missing_outputs": list(missing_outputs or []),
         "carried_over": None,
+        "mixing": {
+            "poor": poor,
+            "preconditioner": preconditioner,
+            "advice": preconditioner_advice(preconditioner, is_masked, poor),
+        },
         "warnings": warnings,
         "warning_sections": sections,
         "healthy": not warnings,
