@@ -100,7 +100,7 @@ def run_one(
         step_size=step_size or 0.1,
         chunk_size=50,
         field_thin=1,
-        seed=5,
+        seed=getattr(args, "seed", 5),
     )
     scales = [np.ones(model.grid.grid_shape, np.float32)]
     if preconditioner == "posterior":
@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
         "metric for every kernel plus identity HMC; masked, hmc and fieldnuts only)",
     )
     parser.add_argument("--no-resonance", action="store_true", help="skip the resonance table")
+    parser.add_argument("--seed", type=int, default=5, help="sampler seed (data and start fixed)")
     args = parser.parse_args(argv)
     print(
         f"{args.n}³ Gaussian model, {args.chains} chains, {args.burnin} warm-up + "
