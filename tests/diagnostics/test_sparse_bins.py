@@ -22,18 +22,14 @@ def spectra():
     draws[..., -1] *= 6.25  # T = 2.5 in the single-mode bin
     mean = 0.8 * truth
     cross = np.sqrt(mean * truth) * np.array([0.9, 0.9, 0.8, 0.7, -1.0])
-    return {"k": k, "num_modes": num_modes, "truth": truth, "draws": draws, "mean": mean,
-            "cross": cross}  # fmt: skip
+    # the keywords plot_power_summary and truth_comparison share
+    shared = {"power_mean": mean, "power_cross": cross, "num_modes": num_modes}
+    return {"k": k, "truth": truth, "draws": draws, "num_modes": num_modes, "shared": shared}
 
 
 def test_truth_comparison_marks_bins_with_few_modes(spectra):
     out = diag.truth_comparison(
-        spectra["k"],
-        spectra["truth"],
-        power_draws=spectra["draws"],
-        power_mean=spectra["mean"],
-        power_cross=spectra["cross"],
-        num_modes=spectra["num_modes"],
+        spectra["k"], spectra["truth"], power_draws=spectra["draws"], **spectra["shared"]
     )
     assert diag.MIN_MODES_PER_BIN == out["min_modes"] == 10
     np.testing.assert_array_equal(out["is_sparse"], [True, False, False, False, True])
@@ -57,12 +53,7 @@ def test_report_without_mode_counts_is_unchanged(spectra):
 
 def test_power_summary_shows_counts_and_leaves_out_sparse_bins(spectra, tmp_path):
     fig = plotting.plot_power_summary(
-        spectra["k"],
-        spectra["draws"],
-        power_truth=spectra["truth"],
-        power_mean=spectra["mean"],
-        power_cross=spectra["cross"],
-        num_modes=spectra["num_modes"],
+        spectra["k"], spectra["draws"], power_truth=spectra["truth"], **spectra["shared"]
     )
     axes = [ax for ax in fig.axes if ax.axison]
     assert len(axes) == 4 and axes[-1].get_ylabel() == "modes per bin"
