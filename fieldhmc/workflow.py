@@ -286,7 +286,10 @@ def tracked_mode_indices(grid, num: int) -> np.ndarray:
     """``num`` half-spectrum modes spread over |k|: the first modes of evenly spaced bins.
 
     Modes off the self-paired planes are preferred (their real and imaginary parts are
-    both free; on the planes some are identically zero).
+    both free; on the planes some are identically zero). A bin with no such mode (the
+    Nyquist corner alone in the last bin of an even grid) gives a self-conjugate mode:
+    its imaginary part is exported as 0 and not diagnosed
+    (:func:`fieldhmc.diagnostics.is_self_conjugate`).
     """
     if num <= 0:
         return np.zeros((0, 3), np.int64)
@@ -736,7 +739,6 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
             "sampler": kind,
             "preconditioner": config.sampler.preconditioner,
             "likelihood": config.model.likelihood.kind,
-            "is_masked": config.model.likelihood.mask is not None,
             "grid_shape": list(config.grid.shape),
             **micro,
             "tuning": tuning,
@@ -747,7 +749,7 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
         preconditioner=config.sampler.preconditioner,
         is_masked=config.model.likelihood.mask is not None,
     )
-    summary = diagnostics.carry_over(summary, _previous_summary(rundir))
+    summary = diagnostics.carry_over(summary, _read_summary(rundir))
     io.write_json(rundir.summary, summary)
     report = diagnostics.format_report(summary)
     io.write_text(rundir.report, report + "\n")
@@ -756,8 +758,9 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
     return summary
 
 
-def _previous_summary(rundir: io.RunDirectory) -> dict | None:
-    """The ``summary.json`` about to be replaced (None if absent or unreadable)."""
+def _read_summary(rundir: io.RunDirectory) -> dict | None:
+    """The run's ``summary.json`` (None if absent or unreadable); ``diagnose`` reads the
+    one it is about to replace."""
     try:
         return json.loads(rundir.summary.read_text())
     except (OSError, ValueError):
@@ -864,7 +867,7 @@ def plot(run_dir: Path) -> list[Path]:
         )
     else:
         not_drawn["field_slices"] = problem or f"{rundir.fields.name} has no posterior mean"
-    summary = _previous_summary(rundir) or {}
+    summary = _read_summary(rundir) or {}
     carried = (summary.get("carried_over") or {}).get("keys") or {}
     if summary.get("field") and "field" not in carried:
         save(plotting.plot_kbin_convergence(summary["field"]), "kbin_convergence")
