@@ -47,12 +47,14 @@ from fieldhmc.samplers import (  # noqa: E402
 )
 
 
-def build(n: int, masked: bool):
+def build(n: int, masked: bool, likelihood: str = "gaussian"):
     grid = models.Grid((n, n, n), 100.0 * n / 32)
     mask = models.make_mask(grid, "slab", 0.2, seed=1) if masked else None
-    model = models.GaussianFieldModel(
-        grid, models.PowerLaw(1000.0, -1.5, 0.1), sigma=2.0, mask=mask
-    )
+    power = models.PowerLaw(1000.0, -1.5, 0.1)
+    if likelihood == "poisson":  # the lognormal_poisson_64.yaml density, 2 counts per voxel
+        model = models.LognormalPoissonModel(grid, power, 2.0, mask)
+    else:
+        model = models.GaussianFieldModel(grid, power, sigma=2.0, mask=mask)
     data = np.asarray(model.sample(seed=stateless_seed(3))["data"])
     return model, data
 
@@ -175,9 +177,15 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--no-resonance", action="store_true", help="skip the resonance table")
     parser.add_argument("--seed", type=int, default=5, help="sampler seed (data and start fixed)")
+    parser.add_argument(
+        "--likelihood",
+        choices=["gaussian", "poisson"],
+        default="gaussian",
+        help="gaussian (sigma 2) or lognormal Poisson counts (nbar 2) for the tables",
+    )
     args = parser.parse_args(argv)
     print(
-        f"{args.n}³ Gaussian model, {args.chains} chains, {args.burnin} warm-up + "
+        f"{args.n}³ {args.likelihood} model, {args.chains} chains, {args.burnin} warm-up + "
         f"{args.results} draws, float32, XLA; TF {tf.__version__}"
     )
     header = (
@@ -187,7 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     results = {}
     for masked in [m == "slab" for m in args.masks]:
-        model, data = build(args.n, masked)
+        model, data = build(args.n, masked, args.likelihood)
         print(
             f"\n{'masked 20%' if masked else 'unmasked'}; 'base' is a standalone value+grad "
             f"of the same {args.chains} chains, timed just before and after each run"

@@ -72,7 +72,7 @@ def test_report_shows_mode_counts_and_hides_single_mode_bins(small_run):
     assert truth["min_modes"] == 10
     report = (small_run / "report.txt").read_text()
     table = report[report.index("Against truth") :].splitlines()
-    assert "modes" in table[1].split()
+    assert "modes(±k)" in table[1].split()
     last = [line for line in table if line.startswith(str(len(truth["k"]) - 1) + " ")][0]
     cells = last.split()
     assert cells[2] == "1" and set(cells[3:]) == {"few"}  # count shown, T and r not

@@ -242,12 +242,12 @@ def _truth_lines(truth: Mapping[str, Any]) -> Lines:
             + [("few" if sparse[b] else _fmt(truth[key][b], ".3f")) for key, _ in present]
             for b in range(len(k))
         ]
-        modes = [] if counts is None else ["modes"]
+        modes = [] if counts is None else ["modes(±k)"]
         lines += _table(["bin", "k [h/Mpc]", *modes] + [label for _, label in present], rows)
         if any(sparse):
             lines.append(
-                f"few: fewer than {truth['min_modes']} modes in the bin (counting k and -k), "
-                "too few to estimate T(k) and r(k); not shown"
+                f"few: fewer than {truth['min_modes']} modes in the bin (modes(±k): counting "
+                "k and -k), too few to estimate T(k) and r(k); not shown"
             )
     cov = truth.get("coverage")
     if cov:
@@ -297,10 +297,8 @@ def _carried_note(carried: Mapping[str, Any] | None, section: str) -> Lines:
     when = origin.get("diagnosed_at") or "an earlier run"
     draws = f", {origin['num_draws']} draws" if origin.get("num_draws") else ""
     what = ", ".join(keys)
-    return [
-        f"  [{what}: NOT recomputed ({'; '.join(carried['reason'])}); as the diagnosis of "
-        f"{when}{draws} said]"
-    ]
+    reason = "; ".join(r.split(":")[0] for r in carried["reason"])  # "fields.h5 is missing"
+    return [f"  [{what}: NOT recomputed ({reason}); as the diagnosis of {when}{draws} said]"]
 
 
 def format_report(summary: Mapping[str, Any]) -> str:

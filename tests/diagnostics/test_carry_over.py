@@ -59,7 +59,7 @@ def test_sections_that_could_not_be_recomputed_are_kept_and_counted():
     assert mark + COVERAGE_WARNING in out["warnings"]
     assert out["carried_over"]["keys"]["field"] == {"diagnosed_at": "T0", "num_draws": 300}
     report = diag.format_report(out)
-    assert "[field: NOT recomputed (fields.h5 is missing: ...); as the diagnosis of T0" in report
+    assert "[field: NOT recomputed (fields.h5 is missing); as the diagnosis of T0" in report
     assert "Verdict: NOT healthy (3 warnings above; 2 of them carried over" in report
 
     # carried again: the same warnings, the first origin, no double marks

@@ -36,7 +36,7 @@ def test_truth_comparison_marks_bins_with_few_modes(spectra):
     assert out["cross_correlation"][-1] == pytest.approx(-1.0)  # still computed, kept
     report = diag.format_report(diag.build_summary(truth=out))
     table = report[report.index("Against truth") :].splitlines()
-    assert table[1].split()[:4] == ["bin", "k", "[h/Mpc]", "modes"]
+    assert table[1].split()[:4] == ["bin", "k", "[h/Mpc]", "modes(±k)"]
     rows = {line.split()[0]: line.split() for line in table[3:8]}
     assert rows["4"][2] == "1" and set(rows["4"][3:]) == {"few"}
     assert rows["0"][2] == "6" and set(rows["0"][3:]) == {"few"}
