@@ -865,11 +865,12 @@ class SamplerConfig(BaseModel):
         None,
         description="Mass matrix: identity; diagonal (adapted); prior (prior covariance of "
         "the modes); posterior (Gaussian-approximation posterior covariance of the modes). "
-        "Default (null): posterior for model.likelihood.kind=gaussian with fixed "
-        "hyperparameters (exact there for scalar sigma); prior for masked_gaussian (its "
-        "posterior metric spreads mean(mask/sigma^2) over the masked voxels too: 1.8x the "
-        "gradients per min-ESS at 32³, benchmarks/README.md), for lognormal_poisson and "
-        "when hyperparameters are sampled; identity with a distribution section.",
+        "Default (null): prior when the likelihood has a mask (masked_gaussian, or "
+        "lognormal_poisson with a mask: the posterior metric spreads the mean noise "
+        "precision over the masked voxels too; at 32³ it needed 1.8x (Gaussian) and 16x "
+        "(Poisson) the gradients per min-ESS, benchmarks/README.md) or hyperparameters are "
+        "sampled; posterior otherwise (exact for gaussian with scalar sigma); identity with "
+        "a distribution section.",
     )
     init: Literal["prior", "zeros", "wiener"] = Field(
         "prior",
@@ -972,19 +973,20 @@ def default_preconditioner(config: "Config") -> str:
     """``sampler.preconditioner`` when the config leaves it out (or null).
 
     ``posterior`` (the Fourier-diagonal posterior precision
-    :math:`1 + s_k \\overline{W}`) only where it is the posterior: Gaussian noise on every
-    voxel, fixed hyperparameters. With a mask, :math:`\\overline W = \\mathrm{mean}(m /
-    \\sigma^2)` shrinks the step of the masked voxels too, whose posterior is the prior:
-    masked 32³, fieldnuts, 20% slab, 1.8x the gradients per min-ESS of ``prior`` and a
-    2.5x lower median ESS in the lowest k-bin (``benchmarks/sampling.py``, README).
-    Poisson counts and sampled hyperparameters (the metric would be fixed at the
-    fiducial values) get ``prior``; the sharded sampler runs ``identity`` only.
+    :math:`1 + s_k \\overline{W}`) without a mask: exact for Gaussian noise of scalar
+    sigma; for Poisson counts 1.2x fewer gradients per min-ESS than ``prior`` at 32³.
+    With a mask, :math:`\\overline W` (the mean of the mask times the noise precision)
+    shrinks the step of the masked voxels too, whose posterior is the prior: at 32³ with
+    a 20% slab, fieldnuts, ``posterior`` needed 1.8-2.1x (Gaussian) and 16x (Poisson) the
+    gradients per min-ESS of ``prior`` (``benchmarks/sampling.py``, README). Sampled
+    hyperparameters get ``prior`` (the metric would be fixed at the fiducial values; not
+    measured); the sharded sampler runs ``identity`` only.
     """
     if config.distribution is not None:
         return "identity"
-    likelihood = config.model.likelihood
-    fixed = not config.model.hyperparameters.is_any_sampled
-    return "posterior" if likelihood.kind == "gaussian" and fixed else "prior"
+    if config.model.hyperparameters.is_any_sampled:
+        return "prior"
+    return "posterior" if config.model.likelihood.mask is None else "prior"
 
 
 def _check_distribution(config: "Config") -> None:

@@ -316,9 +316,9 @@ def preconditioner_advice(
     Notes
     -----
     On masked data the ``posterior`` metric spreads the mean noise precision over the
-    masked voxels too; ``prior`` needed 1.8x fewer gradients per min-ESS there
-    (``benchmarks/README.md``, issue 27). Without a mask ``posterior`` is the exact
-    Fourier-diagonal posterior of Gaussian noise.
+    masked voxels too; ``prior`` needed 1.8x (Gaussian) and 16x (Poisson) fewer
+    gradients per min-ESS there (``benchmarks/README.md``, issue 27). Without a mask
+    ``posterior`` is the exact Fourier-diagonal posterior of Gaussian noise.
     """
     if not poor or preconditioner is None:
         return None
@@ -328,9 +328,10 @@ def preconditioner_advice(
     )
     if preconditioner == "posterior" and is_masked:
         return line + (
-            ": with a mask 'prior' mixes better (1.8x fewer gradients per min-ESS on a "
-            "20% slab at 32³, benchmarks/README.md); re-run with --set "
-            "sampler.preconditioner=prior before running longer"
+            ": with a mask 'prior' mixes better (on a 20% slab at 32³ 1.8x fewer "
+            "gradients per min-ESS for Gaussian noise, 16x for Poisson counts, "
+            "benchmarks/README.md); re-run with --set sampler.preconditioner=prior "
+            "before running longer"
         )
     if preconditioner in ("identity", "prior") and not is_masked:
         return line + (
