@@ -12,6 +12,12 @@ mask, it prints:
 
 It also measures TFP NUTS's U-turn resonance on the whitened posterior: mean
 leapfrogs per iteration at fixed step sizes.
+
+``--masks slab --kinds fieldnuts --metrics prior posterior --no-resonance --n 32`` is
+the default-preconditioner comparison of issue 27 (masked data): each kernel runs
+with each listed preconditioner on the same model, data and start, and the table adds
+the median ESS, the median ESS of the lowest k-bin (the largest scales, where a mask
+hurts mixing most) and gradients per median-ESS.
 """
 
 from __future__ import annotations
@@ -41,12 +47,14 @@ from fieldhmc.samplers import (  # noqa: E402
 )
 
 
-def build(n: int, masked: bool):
+def build(n: int, masked: bool, likelihood: str = "gaussian"):
     grid = models.Grid((n, n, n), 100.0 * n / 32)
     mask = models.make_mask(grid, "slab", 0.2, seed=1) if masked else None
-    model = models.GaussianFieldModel(
-        grid, models.PowerLaw(1000.0, -1.5, 0.1), sigma=2.0, mask=mask
-    )
+    power = models.PowerLaw(1000.0, -1.5, 0.1)
+    if likelihood == "poisson":  # the lognormal_poisson_64.yaml density, 2 counts per voxel
+        model = models.LognormalPoissonModel(grid, power, 2.0, mask)
+    else:
+        model = models.GaussianFieldModel(grid, power, sigma=2.0, mask=mask)
     data = np.asarray(model.sample(seed=stateless_seed(3))["data"])
     return model, data
 
@@ -94,11 +102,13 @@ def run_one(
         step_size=step_size or 0.1,
         chunk_size=50,
         field_thin=1,
-        seed=5,
+        seed=getattr(args, "seed", 5),
     )
     scales = [np.ones(model.grid.grid_shape, np.float32)]
     if preconditioner == "posterior":
         scales = [(1.0 / np.sqrt(model.posterior_precision_diag(data))).astype(np.float32)]
+    elif preconditioner == "prior":  # the workflow's "prior": identity when non-centred
+        scales = [(1.0 / np.sqrt(model.prior_precision_diag())).astype(np.float32)]
     outputs = FieldOutputs(
         field_fn=lambda v: v,
         store_fields=keep_fields,
@@ -124,10 +134,21 @@ def run_one(
         # Gradient evaluations of all chains (post warm-up) per effective sample.
         grads = sum(int(t["n_steps"].sum()) for t in sink.traces)
         out["grads_per_ess"] = grads / out["min_ess"]
+        out["grads_per_median_ess"] = grads / out["median_ess"]
+        out["lowest_k_median_ess"] = lowest_kbin_median(model, ess)
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def lowest_kbin_median(model, ess: np.ndarray) -> float:
+    """Median bulk ESS of the latent coordinates in the lowest |k| bin (k = 0 excluded).
+
+    Each latent coordinate is the real or imaginary part of one Fourier mode
+    (``model.packing.mode_of_real``), so its ESS is that mode part's ESS."""
+    kbin = model.grid.kbins().index.reshape(-1)[np.asarray(model.packing.mode_of_real)]
+    return float(np.median(ess.reshape(-1)[kbin == 0]))
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=64)
     parser.add_argument("--chains", type=int, default=4)
@@ -146,38 +167,64 @@ def main(argv: list[str] | None = None) -> int:
         default=8,
         help="NUTS kinds (TFP's resonates: uncapped it runs for hours)",
     )
+    parser.add_argument("--masks", nargs="+", choices=["none", "slab"], default=["none", "slab"])
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        choices=["identity", "prior", "posterior"],
+        help="every kernel with each of these preconditioners (default: the posterior "
+        "metric for every kernel plus identity HMC; masked, hmc and fieldnuts only)",
+    )
+    parser.add_argument("--no-resonance", action="store_true", help="skip the resonance table")
+    parser.add_argument("--seed", type=int, default=5, help="sampler seed (data and start fixed)")
+    parser.add_argument(
+        "--likelihood",
+        choices=["gaussian", "poisson"],
+        default="gaussian",
+        help="gaussian (sigma 2) or lognormal Poisson counts (nbar 2) for the tables",
+    )
     args = parser.parse_args(argv)
     print(
-        f"{args.n}³ Gaussian model, {args.chains} chains, {args.burnin} warm-up + "
+        f"{args.n}³ {args.likelihood} model, {args.chains} chains, {args.burnin} warm-up + "
         f"{args.results} draws, float32, XLA; TF {tf.__version__}"
     )
     header = (
         f"{'mask':>8} {'kernel':>9} {'metric':>9} | {'base':>6} {'ms/grad':>7} {'ratio':>6} "
-        f"{'leapfrog/it':>11} {'min ESS':>8} {'grads/ESS':>9}"
+        f"{'leapfrog/it':>11} {'min ESS':>8} {'grads/ESS':>9} {'med ESS':>8} "
+        f"{'low-k med':>9} {'grads/med':>9}"
     )
-    for masked in (False, True):
-        model, data = build(args.n, masked)
+    results = {}
+    for masked in [m == "slab" for m in args.masks]:
+        model, data = build(args.n, masked, args.likelihood)
         print(
             f"\n{'masked 20%' if masked else 'unmasked'}; 'base' is a standalone value+grad "
             f"of the same {args.chains} chains, timed just before and after each run"
         )
         print(header)
         print("-" * len(header))
-        combos = [(k, "posterior") for k in args.kinds] + [("hmc", "identity")]
-        if masked:
-            combos = [c for c in combos if c[0] in ("hmc", "fieldnuts")]
+        if args.metrics:
+            combos = [(k, m) for k in args.kinds for m in args.metrics]
+        else:
+            combos = [(k, "posterior") for k in args.kinds] + [("hmc", "identity")]
+            if masked:
+                combos = [c for c in combos if c[0] in ("hmc", "fieldnuts")]
         for kind, metric in combos:
             if kind not in args.kinds:
                 continue
             before = standalone_ms_per_gradient(model, data, args.chains)
             r = run_one(model, data, kind, metric, args)
             base = 0.5 * (before + standalone_ms_per_gradient(model, data, args.chains))
+            results[("slab" if masked else "none", kind, metric)] = r
             print(
                 f"{'20% slab' if masked else 'none':>8} {kind:>9} {metric:>9} | "
                 f"{base:>6.2f} {r['ms_per_grad']:>7.2f} {r['ms_per_grad'] / base:>6.2f} "
-                f"{r['leapfrogs']:>11.1f} {r['min_ess']:>8.0f} {r['grads_per_ess']:>9.1f}",
+                f"{r['leapfrogs']:>11.1f} {r['min_ess']:>8.0f} {r['grads_per_ess']:>9.1f} "
+                f"{r['median_ess']:>8.0f} {r['lowest_k_median_ess']:>9.0f} "
+                f"{r['grads_per_median_ess']:>9.1f}",
                 flush=True,
             )
+    if args.no_resonance:
+        return results
     # TFP NUTS resonance on the whitened (posterior-metric) field posterior.
     model, data = build(args.n, False)
     print("\nmean leapfrogs per iteration at a fixed step size, whitened unmasked posterior")
@@ -201,8 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{kind:>9} | " + " ".join(f"{v:>6.0f}" for v in row), flush=True)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\npeak RSS {rss:.0f} MB")
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
+    sys.exit(0)

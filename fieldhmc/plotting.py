@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike
 from scipy import stats
 
 from fieldhmc.diagnostics import autocorrelation, cross_correlation, transfer_function
+from fieldhmc.diagnostics.truth import MIN_MODES_PER_BIN
 from fieldhmc.sbc import EcdfBand, rank_bins
 
 __all__ = [
@@ -526,8 +527,10 @@ def plot_power_summary(
     power_wiener: ArrayLike | None = None,
     power_mean: ArrayLike | None = None,
     power_cross: ArrayLike | None = None,
+    num_modes: ArrayLike | None = None,
+    min_modes: int = MIN_MODES_PER_BIN,
 ) -> Figure:
-    """P(k) panel, plus T(k) and r(k) panels when the truth is known.
+    """P(k) panel, plus T(k) and r(k) panels when the truth is known, and the modes per bin.
 
     Parameters
     ----------
@@ -538,43 +541,79 @@ def plot_power_summary(
     power_cross : array_like, shape (nbins,), optional
         Cross-spectrum of posterior mean and truth; with ``power_mean`` and
         ``power_truth`` gives the r(k) panel.
+    num_modes : array_like, shape (nbins,), optional
+        Modes per bin, counting :math:`\\mathbf k` and :math:`-\\mathbf k`: drawn in a
+        bottom panel; bins with fewer than ``min_modes`` are left out of the other
+        panels (their P, T and r are too noisy to read, see
+        :data:`fieldhmc.diagnostics.truth.MIN_MODES_PER_BIN`) and marked by dotted lines.
+    min_modes : int, default 10
 
     Returns
     -------
     Figure
     """
+    k = np.asarray(k, dtype=float)
+    keep = np.ones(k.size, dtype=bool)
+    if num_modes is not None:
+        keep = _float_array(num_modes) >= min_modes
+
+    def binned(values):  # the bins that are shown; the input curve has its own k
+        return None if values is None else _float_array(values)[..., keep]
+
     has_transfer = power_truth is not None and (power_draws is not None or power_mean is not None)
     has_corr = power_truth is not None and power_mean is not None and power_cross is not None
-    rows = 1 + int(has_transfer) + int(has_corr)
+    rows = 1 + int(has_transfer) + int(has_corr) + int(num_modes is not None)
     ratios = [2.2] + [1.0] * (rows - 1)
     fig = Figure(figsize=(7.0, 3.2 + 2.0 * (rows - 1)), layout="constrained")
     axes = fig.subplots(rows, 1, sharex=True, squeeze=False, height_ratios=ratios)[:, 0]
+    shown = k[keep]
     plot_power_spectrum(
-        k,
-        power_draws,
+        shown,
+        binned(power_draws),
         axes[0],
-        power_truth=power_truth,
-        power_data=power_data,
+        power_truth=binned(power_truth),
+        power_data=binned(power_data),
         power_input=power_input,
-        k_input=k_input,
-        power_wiener=power_wiener,
+        k_input=k if k_input is None else k_input,
+        power_wiener=binned(power_wiener),
     )
     row = 1
+    truth = binned(power_truth)
     if has_transfer:
-        truth = _float_array(power_truth)
-        draws_t = None if power_draws is None else transfer_function(power_draws, truth)
-        mean_t = None if power_mean is None else transfer_function(power_mean, truth)
+        draws_t = None if power_draws is None else transfer_function(binned(power_draws), truth)
+        mean_t = None if power_mean is None else transfer_function(binned(power_mean), truth)
         if draws_t is not None:
-            plot_transfer_function(k, draws_t, axes[row], transfer_mean_field=mean_t)
+            plot_transfer_function(shown, draws_t, axes[row], transfer_mean_field=mean_t)
         else:
-            plot_transfer_function(k, mean_t, axes[row])
+            plot_transfer_function(shown, mean_t, axes[row])
         row += 1
     if has_corr:
-        r = cross_correlation(power_cross, power_mean, power_truth)
-        plot_cross_correlation(k, r, axes[row])
+        r = cross_correlation(binned(power_cross), binned(power_mean), truth)
+        plot_cross_correlation(shown, r, axes[row])
+        row += 1
+    if num_modes is not None:
+        _plot_mode_counts(k, _float_array(num_modes), min_modes, axes[row])
+        for ax in axes:
+            for i, kb in enumerate(k[~keep]):
+                label = f"bin with < {min_modes} modes (not shown)" if i == 0 else None
+                ax.axvline(kb, color="0.6", ls=":", lw=1.0, label=label)
+        _finish_legend(axes[0], fontsize="small", loc="best")
+        axes[0].set_xlim(k[k > 0].min() / 1.15, k.max() * 1.15)
     for ax in axes[:-1]:
         ax.set_xlabel("")
     return fig
+
+
+def _plot_mode_counts(k: np.ndarray, num_modes: np.ndarray, min_modes: int, ax: Axes) -> Axes:
+    """Modes per k-bin (log scale) with the fewest for which T(k), r(k) are shown."""
+    ax.plot(k, np.where(num_modes > 0, num_modes, np.nan), "o-", color="0.3", ms=3.0, lw=1.0)
+    ax.axhline(min_modes, color="C3", lw=0.9, ls="--", label=f"{min_modes} modes")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(K_LABEL)
+    ax.set_ylabel("modes per bin")
+    _finish_legend(ax, fontsize="small", loc="best")
+    return ax
 
 
 # --------------------------------------------------------------------------------------

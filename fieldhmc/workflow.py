@@ -13,6 +13,7 @@ import json
 import logging
 import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -300,7 +301,10 @@ def tracked_mode_indices(grid, num: int) -> np.ndarray:
     """``num`` half-spectrum modes spread over |k|: the first modes of evenly spaced bins.
 
     Modes off the self-paired planes are preferred (their real and imaginary parts are
-    both free; on the planes some are identically zero).
+    both free; on the planes some are identically zero). A bin with no such mode (the
+    Nyquist corner alone in the last bin of an even grid) gives a self-conjugate mode:
+    its imaginary part is exported as 0 and not diagnosed
+    (:func:`fieldhmc.diagnostics.is_self_conjugate`).
     """
     if num <= 0:
         return np.zeros((0, 3), np.int64)
@@ -463,14 +467,17 @@ def _sample(
 
 def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict, kbins, idx) -> None:
     """samples.nc (ArviZ) and power.nc from the streamed traces."""
-    from fieldhmc import models
+    from fieldhmc import diagnostics, models
     from fieldhmc.samplers import read_traces
 
     traces = read_traces(run.traces)
     posterior = {name: traces[name] for name in model.latent_names if name in traces}
     for n, name in enumerate(mode_names(idx)):
         posterior[f"{name}.real"] = traces["tracked_real"][..., n]
-        posterior[f"{name}.imag"] = traces["tracked_imag"][..., n]
+        imag = traces["tracked_imag"][..., n]
+        if diagnostics.is_self_conjugate(idx[n], model.grid.grid_shape):
+            imag = np.zeros_like(imag)  # zero by symmetry; a float32 FFT leaves ~1e-6
+        posterior[f"{name}.imag"] = imag
     kind = config.sampler.kind
     stat_names = ["lp", "acceptance_rate", "diverging", "energy", "step_size", "n_steps"]
     if kind in ("nuts", "fieldnuts"):
@@ -609,11 +616,62 @@ def _load_run(run_dir: Path, field_names: tuple[str, ...] | None = None):
         power = {k: ds[k].values for k in ds.data_vars}
         power["k"] = ds["k"].values
     fields = {}
-    if rundir.fields.exists():
+    if _fields_file_problem(rundir) is None:
         from fieldhmc.samplers import read_fields
 
         fields = read_fields(rundir.fields, field_names)
     return rundir, config, posterior, stats, power, fields
+
+
+def _fields_file_problem(rundir: io.RunDirectory) -> str | None:
+    """Why ``fields.h5`` cannot be used (missing, unreadable), or None."""
+    if not rundir.fields.exists():
+        return f"{rundir.fields.name} is missing"
+    import h5py
+
+    try:
+        with h5py.File(rundir.fields, "r"):
+            pass
+    except OSError as exc:
+        return f"{rundir.fields.name} cannot be read ({exc})"
+    return None
+
+
+def _missing_outputs(rundir: io.RunDirectory, config: cfg.Config) -> list[str]:
+    """One sentence per run output that ``diagnose`` or ``plot`` needs and cannot use.
+
+    Each becomes a warning (``summary["missing_outputs"]``): a run directory that lost a
+    file is diagnosed with what is left, never silently as if it were whole."""
+    out = []
+    problem = _fields_file_problem(rundir)
+    if problem is not None:
+        out.append(
+            f"{problem}: the field convergence per k-bin, the coverage of the truth, r(k) "
+            "and the field plots could not be recomputed (restore the file, or re-run)"
+        )
+    elif config.outputs.store_fields and not _has_field_draws(rundir):
+        out.append(
+            f"{rundir.fields.name} holds no field draws although outputs.store_fields is "
+            "true: the field convergence per k-bin and the coverage could not be recomputed"
+        )
+    for name, needed in (
+        ("data", "the data panel of the field plots"),
+        ("truth", "the coverage of the truth and r(k)"),
+    ):
+        expected = name == "data" or config.data.source == "simulate"
+        if expected and not rundir.data(name).exists():
+            out.append(
+                f"data/{name}.npy is missing: {needed} could not be recomputed "
+                "(restore the file, or re-run)"
+            )
+    return out
+
+
+def _has_field_draws(rundir: io.RunDirectory) -> bool:
+    import h5py
+
+    with h5py.File(rundir.fields, "r") as f:
+        return "draws" in f
 
 
 def _sampler_tuning(rundir: io.RunDirectory) -> dict | None:
@@ -625,9 +683,16 @@ def _sampler_tuning(rundir: io.RunDirectory) -> dict | None:
 
 
 def diagnose(run_dir: Path) -> dict:
-    """Recompute ``summary.json`` and ``report.txt``; print the report."""
-    rundir, config, posterior, stats, power, fields = _load_run(run_dir, ("mean",))
-    with contextlib.ExitStack() as stack:
+    """Recompute ``summary.json`` and ``report.txt``; print the report.
+
+    A missing or unreadable output (``fields.h5``, ``data/truth.npy``...) is a warning,
+    and what the replaced ``summary.json`` said about the sections that cannot be
+    recomputed without it is kept, marked (:func:`fieldhmc.diagnostics.carry_over`):
+    the verdict never turns healthier because a file is gone. Holds the run directory's
+    lock (:func:`fieldhmc.io.lock_run_directory`) throughout.
+    """
+    with io.lock_run_directory(run_dir), contextlib.ExitStack() as stack:
+        rundir, config, posterior, stats, power, fields = _load_run(run_dir, ("mean",))
         draws = _open_field_draws(rundir, stack)
         return _diagnose(rundir, config, posterior, stats, power, fields, draws)
 
@@ -639,7 +704,7 @@ def _open_field_draws(rundir: io.RunDirectory, stack: contextlib.ExitStack):
     4 chains x 20 draws are 5.4 GB; all of them in memory, plus their modes, would not
     fit a workstation).
     """
-    if not rundir.fields.exists():
+    if _fields_file_problem(rundir) is not None:
         return None
     import h5py
 
@@ -680,6 +745,7 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
             power_mean=power.get("posterior_mean"),
             power_cross=cross,
             coverage_result=cov,
+            num_modes=power.get("nmodes"),
         )
     kind = config.sampler.kind
     tuning = _sampler_tuning(rundir)
@@ -701,20 +767,36 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
         scalars_method="numpy",
         metadata={
             "run_dir": str(rundir.root),
+            "diagnosed_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "sampler": kind,
             "preconditioner": config.sampler.preconditioner,
+            "likelihood": config.model.likelihood.kind,
             "grid_shape": list(config.grid.shape),
             **micro,
             "tuning": tuning,
             **_distribution_note(config),
         },
+        grid_shape=config.grid.shape,
+        missing_outputs=_missing_outputs(rundir, config),
+        preconditioner=config.sampler.preconditioner,
+        is_masked=config.model.likelihood.mask is not None,
     )
+    summary = diagnostics.carry_over(summary, _read_summary(rundir))
     io.write_json(rundir.summary, summary)
     report = diagnostics.format_report(summary)
     io.write_text(rundir.report, report + "\n")
     if _chatty():
         print(report)
     return summary
+
+
+def _read_summary(rundir: io.RunDirectory) -> dict | None:
+    """The run's ``summary.json`` (None if absent or unreadable); ``diagnose`` reads the
+    one it is about to replace."""
+    try:
+        return json.loads(rundir.summary.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _distribution_note(config: cfg.Config) -> dict:
@@ -750,15 +832,37 @@ _SHARDED_SAMPLER_NOTES = {
 }
 
 
-def plot(run_dir: Path) -> list[Path]:
-    """Write the standard set of PNGs to ``run_dir/plots``."""
-    import json
+#: The PNGs ``plot`` writes; any of them it did not write this time is stale.
+PLOT_NAMES = (
+    "traces",
+    "autocorrelation",
+    "corner",
+    "power_spectrum",
+    "field_slices",
+    "kbin_convergence",
+)
 
+
+def plot(run_dir: Path) -> list[Path]:
+    """Write the standard set of PNGs to ``run_dir/plots``.
+
+    A plot of :data:`PLOT_NAMES` that cannot be drawn this time (its input is missing,
+    see :func:`diagnose`) but exists from an earlier call is stale: it is moved to
+    ``plots/stale/``, listed with the reason in ``plots/stale/README.txt`` and logged,
+    so that ``plots/`` holds only what the run directory supports now. Holds the run
+    directory's lock (:func:`fieldhmc.io.lock_run_directory`) throughout.
+    """
+    with io.lock_run_directory(run_dir):
+        return _plot(run_dir)
+
+
+def _plot(run_dir: Path) -> list[Path]:
     from fieldhmc import plotting
 
     rundir, config, posterior, stats, power, fields = _load_run(run_dir, ("mean", "var"))
     rundir.plots.mkdir(exist_ok=True)
     written = []
+    not_drawn: dict[str, str] = {}
 
     def save(fig_or_ax, name):
         fig = getattr(fig_or_ax, "figure", fig_or_ax)
@@ -782,9 +886,11 @@ def plot(run_dir: Path) -> list[Path]:
             power_data=power.get("data"),
             power_input=power.get("input"),
             power_mean=power.get("posterior_mean"),
+            num_modes=power.get("nmodes"),
         ),
         "power_spectrum",
     )
+    problem = _fields_file_problem(rundir)
     if "mean" in fields:
         save(
             plotting.plot_field_slices(
@@ -797,8 +903,49 @@ def plot(run_dir: Path) -> list[Path]:
             ),
             "field_slices",
         )
-    if rundir.summary.exists():
-        summary = json.loads(rundir.summary.read_text())
-        if summary.get("field"):
-            save(plotting.plot_kbin_convergence(summary["field"]), "kbin_convergence")
+    else:
+        not_drawn["field_slices"] = problem or f"{rundir.fields.name} has no posterior mean"
+    summary = _read_summary(rundir) or {}
+    carried = (summary.get("carried_over") or {}).get("keys") or {}
+    if summary.get("field") and "field" not in carried:
+        save(plotting.plot_kbin_convergence(summary["field"]), "kbin_convergence")
+    elif "field" in carried:
+        not_drawn["kbin_convergence"] = (
+            "summary.json could not recompute the field convergence ("
+            + "; ".join(summary["carried_over"]["reason"])
+            + ")"
+        )
+    else:
+        not_drawn["kbin_convergence"] = "summary.json has no field convergence"
+    _set_aside_stale_plots(rundir, written, not_drawn)
     return written
+
+
+def _set_aside_stale_plots(
+    rundir: io.RunDirectory, written: list[Path], reasons: dict[str, str]
+) -> list[Path]:
+    """Move the standard plots this ``plot`` did not write to ``plots/stale/``, with a
+    README saying why (an older one there is replaced); returns their new paths."""
+    stale = [
+        path
+        for name in PLOT_NAMES
+        if (path := rundir.plots / f"{name}.png").exists() and path not in written
+    ]
+    if not stale:
+        return []
+    folder = rundir.plots / "stale"
+    folder.mkdir(exist_ok=True)
+    moved, lines = [], []
+    for path in stale:
+        target = folder / path.name
+        path.replace(target)
+        moved.append(target)
+        reason = reasons.get(path.stem, "not drawn by the last `fieldhmc plot`")
+        lines.append(f"{path.name}: not redrawn: {reason}")
+        _log.warning("plots/%s is stale (%s); moved to plots/stale/", path.name, reason)
+    header = (
+        f"Plots from an earlier `fieldhmc plot` that the run directory no longer supports "
+        f"(moved here on {datetime.now(UTC).isoformat(timespec='seconds')}):"
+    )
+    io.write_text(folder / "README.txt", "\n".join([header, *lines]) + "\n")
+    return moved

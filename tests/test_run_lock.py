@@ -130,6 +130,20 @@ def test_a_locked_run_directory_is_refused_and_untouched(tmp_path, no_workflow, 
     assert seconds < 2.0
 
 
+@pytest.mark.parametrize("step", ["diagnose", "plot"])
+def test_workflow_diagnose_and_plot_from_python_take_the_lock(tmp_path, step):
+    """Called from Python (not the CLI), diagnose and plot hold the lock too: on a
+    directory another process holds they raise before reading or writing anything."""
+    from fieldhmc import workflow
+
+    root = _finished_run(tmp_path / "live")
+    with foreign_lock(root, 4343):
+        before = _fingerprint(root)
+        with pytest.raises(io.RunDirectoryLocked, match="process 4343"):
+            getattr(workflow, step)(root)
+        assert _fingerprint(root) == before
+
+
 def test_a_fresh_directory_locked_by_a_run_that_has_not_written_yet(tmp_path, no_workflow, capsys):
     """The lock file alone: the directory counts as empty, and the run is still refused."""
     root = tmp_path / "starting"

@@ -49,12 +49,18 @@ from fieldhmc.diagnostics.convergence import (
     rhat,
 )
 from fieldhmc.diagnostics.health import EBFMI_THRESHOLD, STUCK_ACCEPTANCE, sampler_health
-from fieldhmc.diagnostics.modes import field_convergence, mode_convergence
+from fieldhmc.diagnostics.modes import (
+    field_convergence,
+    is_self_conjugate,
+    mode_convergence,
+    self_conjugate_mask,
+)
 from fieldhmc.diagnostics.multiplicity import FIELD_FALSE_ALARM, benjamini_hochberg
 from fieldhmc.diagnostics.report import format_report
 from fieldhmc.diagnostics.scalars import summarize_scalars
-from fieldhmc.diagnostics.summary import build_summary, to_jsonable
+from fieldhmc.diagnostics.summary import build_summary, carry_over, to_jsonable, zero_by_symmetry
 from fieldhmc.diagnostics.truth import (
+    MIN_MODES_PER_BIN,
     coverage,
     cross_correlation,
     cross_power,
@@ -66,12 +72,14 @@ from fieldhmc.diagnostics.truth import (
 __all__ = [
     "EBFMI_THRESHOLD",
     "FIELD_FALSE_ALARM",
+    "MIN_MODES_PER_BIN",
     "MIN_ESS_PER_CHAIN",
     "RHAT_THRESHOLD",
     "STUCK_ACCEPTANCE",
     "autocorrelation",
     "benjamini_hochberg",
     "build_summary",
+    "carry_over",
     "coverage",
     "cross_correlation",
     "cross_power",
@@ -80,14 +88,17 @@ __all__ = [
     "field_convergence",
     "format_report",
     "frozen_chains",
+    "is_self_conjugate",
     "mcse_mean",
     "mcse_sd",
     "mode_convergence",
     "rhat",
     "sampler_health",
+    "self_conjugate_mask",
     "summarize_scalars",
     "to_jsonable",
     "transfer_function",
     "truth_comparison",
     "wiener_zscores",
+    "zero_by_symmetry",
 ]

@@ -6,7 +6,7 @@ References
    Monte Carlo", arXiv:1604.00695.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -297,3 +297,48 @@ def sampler_health(
     stuck = _stuck_warnings(acceptance) if acceptance else []
     out["warnings"] = stuck + [w for _, warnings in checks.values() for w in warnings]
     return out
+
+
+def preconditioner_advice(
+    preconditioner: str | None, is_masked: bool, poor: Sequence[str]
+) -> str | None:
+    """The line naming the preconditioner when mixing is poor (None when it is not).
+
+    Parameters
+    ----------
+    preconditioner : str or None
+        ``sampler.preconditioner`` of the run (None: not known, no line).
+    is_masked : bool
+        Whether the likelihood has a mask.
+    poor : sequence of str
+        What mixed poorly (e.g. ``"field modes' ESS"``); empty: no line.
+
+    Notes
+    -----
+    On masked data the ``posterior`` metric spreads the mean noise precision over the
+    masked voxels too; ``prior`` needed 1.8x (Gaussian) and 16x (Poisson) fewer
+    gradients per min-ESS there (``benchmarks/README.md``, issue 27). Without a mask
+    ``posterior`` is the exact Fourier-diagonal posterior of Gaussian noise.
+    """
+    if not poor or preconditioner is None:
+        return None
+    line = (
+        f"mixing is poor ({', '.join(poor)}) under the {preconditioner!r} preconditioner "
+        "(sampler.preconditioner)"
+    )
+    if preconditioner == "posterior" and is_masked:
+        return line + (
+            ": with a mask 'prior' mixes better (on a 20% slab at 32³ 1.8x fewer "
+            "gradients per min-ESS for Gaussian noise, 16x for Poisson counts, "
+            "benchmarks/README.md); re-run with --set sampler.preconditioner=prior "
+            "before running longer"
+        )
+    if preconditioner in ("identity", "prior") and not is_masked:
+        return line + (
+            ": without a mask 'posterior' whitens Gaussian noise exactly; try --set "
+            "sampler.preconditioner=posterior before running longer"
+        )
+    return line + (
+        "; compare the preconditioners before running longer, e.g. fieldhmc sweep "
+        "<config> --set sampler.preconditioner=prior,posterior"
+    )

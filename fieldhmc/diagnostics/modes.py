@@ -32,18 +32,47 @@ from fieldhmc.diagnostics.convergence import (
 from fieldhmc.diagnostics.multiplicity import FIELD_FALSE_ALARM
 
 
+def self_conjugate_mask(grid_shape: Sequence[int]) -> np.ndarray:
+    """Which half-spectrum modes are their own conjugate partner (purely real).
+
+    Mode :math:`\\mathbf k = (i, j, l)` of a real field is self-conjugate when
+    :math:`-\\mathbf k \\equiv \\mathbf k`, i.e. :math:`2k_a \\equiv 0 \\pmod{n_a}` on every
+    axis: :math:`k_a = 0`, or :math:`k_a = n_a/2` for even :math:`n_a`. There are 8 on a
+    grid with all sizes even, 1 (:math:`k = 0`) with all odd, on any shape; their
+    imaginary part is zero by Hermitian symmetry (round-off of a float32 FFT aside), so
+    it is never a sampled quantity.
+
+    Parameters
+    ----------
+    grid_shape : sequence of 3 int
+        Real-space grid ``(n0, n1, n2)``.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (n0, n1, n2 // 2 + 1)
+    """
+    axes = [np.arange(n) for n in grid_shape[:2]] + [np.arange(int(grid_shape[2]) // 2 + 1)]
+    per_axis = [(2 * k) % int(n) == 0 for k, n in zip(axes, grid_shape, strict=True)]
+    return per_axis[0][:, None, None] & per_axis[1][None, :, None] & per_axis[2][None, None, :]
+
+
+def is_self_conjugate(index: Sequence[int], grid_shape: Sequence[int]) -> bool:
+    """Whether half-spectrum mode ``index = (i, j, l)`` is self-conjugate
+    (:math:`2k \\equiv 0 \\bmod n` on every axis; see :func:`self_conjugate_mask`)."""
+    return all((2 * int(k)) % int(n) == 0 for k, n in zip(index, grid_shape, strict=True))
+
+
 def _independent_mode_masks(grid_shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """Masks of the half-spectrum keeping one mode of each conjugate pair.
 
-    On the self-conjugate planes (:math:`k_z = 0` and, for even ``n2``, the Nyquist plane)
+    On the self-paired planes (:math:`k_z = 0` and, for even ``n2``, the Nyquist plane)
     mode :math:`(i, j)` equals the conjugate of :math:`(-i, -j)`; the real part keeps the
     lexicographically smaller of the two, the imaginary part additionally drops the
-    self-conjugate modes (purely real: :math:`k=0` and Nyquist corners).
+    self-conjugate modes (:func:`self_conjugate_mask`: purely real).
     """
     n0, n1, n2 = (int(n) for n in grid_shape)
     nh = n2 // 2 + 1
     keep_real = np.ones((n0, n1, nh), dtype=bool)
-    keep_imag = np.ones((n0, n1, nh), dtype=bool)
     i = np.arange(n0)[:, None]
     j = np.arange(n1)[None, :]
     flat = i * n1 + j
@@ -51,8 +80,7 @@ def _independent_mode_masks(grid_shape: Sequence[int]) -> tuple[np.ndarray, np.n
     planes = [0] + ([n2 // 2] if n2 % 2 == 0 else [])
     for plane in planes:
         keep_real[:, :, plane] = flat <= partner
-        keep_imag[:, :, plane] = flat < partner
-    return keep_real, keep_imag
+    return keep_real, keep_real & ~self_conjugate_mask(grid_shape)
 
 
 def _group_stats(

@@ -234,11 +234,21 @@ def _truth_lines(truth: Mapping[str, Any]) -> Lines:
     present = [(key, label) for key, label in cols if truth.get(key) is not None]
     k = truth.get("k") or []
     if present and k:
+        counts = truth.get("num_modes")
+        sparse = truth.get("is_sparse") or [False] * len(k)
         rows = [
-            [str(b), _fmt(k[b], ".3g")] + [_fmt(truth[key][b], ".3f") for key, _ in present]
+            [str(b), _fmt(k[b], ".3g")]
+            + ([] if counts is None else [_fmt(counts[b], ".0f")])
+            + [("few" if sparse[b] else _fmt(truth[key][b], ".3f")) for key, _ in present]
             for b in range(len(k))
         ]
-        lines += _table(["bin", "k [h/Mpc]"] + [label for _, label in present], rows)
+        modes = [] if counts is None else ["modes(±k)"]
+        lines += _table(["bin", "k [h/Mpc]", *modes] + [label for _, label in present], rows)
+        if any(sparse):
+            lines.append(
+                f"few: fewer than {truth['min_modes']} modes in the bin (modes(±k): counting "
+                "k and -k), too few to estimate T(k) and r(k); not shown"
+            )
     cov = truth.get("coverage")
     if cov:
         shown = ", ".join(
@@ -265,11 +275,30 @@ def _wiener_lines(wiener: Mapping[str, Any]) -> Lines:
     return lines + _table(["moment", "n", "rms", "max|z|", "frac |z|>3"], rows)
 
 
-def _warning_lines(warnings: Sequence[str]) -> Lines:
+def _warning_lines(warnings: Sequence[str], carried: Mapping[str, Any] | None = None) -> Lines:
     if not warnings:
         return ["", "No warnings.", "", "Verdict: healthy (no warnings)"]
     lines = ["", f"Warnings ({len(warnings)})"] + [f"  ! {w}" for w in warnings]
-    return lines + ["", f"Verdict: NOT healthy ({len(warnings)} warnings above)"]
+    verdict = f"Verdict: NOT healthy ({len(warnings)} warnings above"
+    if carried:
+        num = sum(len(v) for v in (carried.get("warnings") or {}).values())
+        verdict += (
+            f"; {num} of them carried over from the last diagnosis of what could not be recomputed"
+        )
+    return lines + ["", verdict + ")"]
+
+
+def _carried_note(carried: Mapping[str, Any] | None, section: str) -> Lines:
+    """The line above a section (or part of one) kept from the last diagnosis."""
+    keys = [k for k in ((carried or {}).get("keys") or {}) if k.split(".")[0] == section]
+    if not keys:
+        return []
+    origin = carried["keys"][keys[0]]
+    when = origin.get("diagnosed_at") or "an earlier run"
+    draws = f", {origin['num_draws']} draws" if origin.get("num_draws") else ""
+    what = ", ".join(keys)
+    reason = "; ".join(r.split(":")[0] for r in carried["reason"])  # "fields.h5 is missing"
+    return [f"  [{what}: NOT recomputed ({reason}); as the diagnosis of {when}{draws} said]"]
 
 
 def format_report(summary: Mapping[str, Any]) -> str:
@@ -290,17 +319,29 @@ def format_report(summary: Mapping[str, Any]) -> str:
         f"{summary.get('num_chains', 0)} chains x {summary.get('num_draws', 0)} draws "
         "after warm-up (chains numbered from 0)"
     )
+    for missing in summary.get("missing_outputs") or []:
+        lines.append(f"INCOMPLETE RUN DIRECTORY: {missing}")
     if summary.get("scalars"):
         lines += _scalar_lines(summary["scalars"])
+    if summary.get("zero_by_symmetry"):
+        lines.append(
+            "zero by Hermitian symmetry (self-conjugate modes, 2k = 0 mod n on every axis; "
+            f"not sampled, not checked): {', '.join(summary['zero_by_symmetry'])}"
+        )
     if summary.get("sampler"):
         lines += _sampler_lines(summary["sampler"])
     energy = (summary.get("sampler") or {}).get("energy_error_var_per_dim")
     lines += _tuning_lines(summary.get("metadata") or {}, energy)
     if summary.get("efficiency"):
         lines += _efficiency_lines(summary["efficiency"])
+    carried = summary.get("carried_over")
     sections = (("field", _field_lines), ("truth", _truth_lines), ("wiener", _wiener_lines))
     for key, section in sections:
         if summary.get(key):
-            lines += section(summary[key])
-    lines += _warning_lines(summary.get("warnings") or [])
+            body = section(summary[key])
+            lines += body[:2] + _carried_note(carried, key) + body[2:]
+    advice = (summary.get("mixing") or {}).get("advice")
+    if advice:
+        lines += ["", advice]
+    lines += _warning_lines(summary.get("warnings") or [], carried)
     return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ References
 """
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -25,7 +25,7 @@ from fieldhmc.diagnostics import modes as _modes
 from fieldhmc.diagnostics import multiplicity
 from fieldhmc.diagnostics._text import _name_list, _plural
 from fieldhmc.diagnostics.convergence import MIN_ESS_PER_CHAIN, RHAT_THRESHOLD
-from fieldhmc.diagnostics.health import EBFMI_THRESHOLD, sampler_health
+from fieldhmc.diagnostics.health import EBFMI_THRESHOLD, preconditioner_advice, sampler_health
 from fieldhmc.diagnostics.multiplicity import FIELD_FALSE_ALARM
 from fieldhmc.diagnostics.scalars import summarize_scalars
 
@@ -82,6 +82,26 @@ def _frozen_scalar_warning(scalars: Mapping[str, Mapping[str, Any]], names: list
 
 def _is_tracked_mode(name: str) -> bool:
     return name.startswith("mode[") and name.endswith((".real", ".imag"))
+
+
+def zero_by_symmetry(names: Sequence[str], grid_shape: Sequence[int] | None) -> list[str]:
+    """The tracked imaginary parts (``mode[i,j,l].imag``) of self-conjugate modes.
+
+    Such a mode (:math:`2k \\equiv 0 \\bmod n` on every axis,
+    :func:`~fieldhmc.diagnostics.modes.is_self_conjugate`) is real by Hermitian symmetry:
+    its imaginary part is zero, or float32 round-off of the FFT (sd ~1e-6) on grids
+    whose FFT does not cancel it exactly, and never a sampled quantity. Empty without
+    ``grid_shape``.
+    """
+    if grid_shape is None:
+        return []
+    out = []
+    for name in names:
+        if _is_tracked_mode(name) and name.endswith(".imag"):
+            index = [int(v) for v in name[len("mode[") : name.index("]")].split(",")]
+            if _modes.is_self_conjugate(index, grid_shape):
+                out.append(name)
+    return out
 
 
 def _upper_mean(values: np.ndarray) -> float:
@@ -333,6 +353,10 @@ def build_summary(
     coverage_tolerance: float = 0.1,
     wiener_rms_tolerance: float = 0.25,
     metadata: Mapping[str, Any] | None = None,
+    grid_shape: Sequence[int] | None = None,
+    missing_outputs: Sequence[str] | None = None,
+    preconditioner: str | None = None,
+    is_masked: bool = False,
 ) -> dict[str, Any]:
     """Assemble the machine-readable run summary (``summary.json``).
 
@@ -365,6 +389,20 @@ def build_summary(
         Warn when the rms of the Wiener z-scores differs from 1 by more than this.
     metadata : mapping, optional
         Free-form run information copied into ``summary["metadata"]``.
+    grid_shape : sequence of 3 int, optional
+        Real-space grid of the tracked modes: the imaginary parts of self-conjugate ones
+        (:func:`zero_by_symmetry`) are then not summarised or checked, only listed in
+        ``zero_by_symmetry``.
+    missing_outputs : sequence of str, optional
+        One sentence per run output that is missing or unreadable and what could not be
+        computed without it; each is a warning (section ``outputs``, listed first) and
+        they are kept in ``missing_outputs``. See :func:`carry_over`.
+    preconditioner : str, optional
+        The run's ``sampler.preconditioner``; with ``is_masked`` (the likelihood has a
+        mask) it gives ``mixing["advice"]``, a line naming the preconditioner when the
+        scalars or field modes warn or E-BFMI is low
+        (:func:`~fieldhmc.diagnostics.health.preconditioner_advice`).
+    is_masked : bool, default False
 
     Returns
     -------
@@ -375,10 +413,19 @@ def build_summary(
         ESS over the scalars and which quantity attains the min, or
         ``no_effective_samples``: why there are none), ``field``, ``truth``, ``wiener``,
         ``warnings`` (plain-language strings: sampler health first, then scalars, field,
-        truth and Wiener checks) and ``healthy`` (no warnings).
+        truth and Wiener checks), ``warning_sections`` (the same warnings by the section
+        that gave them: ``outputs``, ``sampler``, ``scalars``, ``field``, ``truth``,
+        ``wiener``), ``missing_outputs``, ``zero_by_symmetry``, ``carried_over`` (None;
+        see :func:`carry_over`), ``mixing`` (``{"poor": [what], "preconditioner",
+        "advice"}``) and ``healthy`` (no warnings).
     """
+    fixed = zero_by_symmetry(list(posterior or {}), grid_shape)
+    if fixed:
+        posterior = {k: v for k, v in posterior.items() if k not in fixed}
     scalar_inputs, num_chains, num_draws = _scalar_inputs(posterior, sample_stats)
-    warnings: list[str] = []
+    sections: dict[str, list[str]] = {}
+    if missing_outputs:
+        sections["outputs"] = list(missing_outputs)
     sampler = None
     if sample_stats is not None:
         sampler = sampler_health(
@@ -388,17 +435,29 @@ def build_summary(
             dimension=dimension,
             desired_energy_var=desired_energy_var,
         )
-        warnings += sampler["warnings"]
+        sections["sampler"] = sampler["warnings"]
     scalars = summarize_scalars(scalar_inputs, method=scalars_method) if scalar_inputs else {}
     tracked = tracked_mode_test(posterior)
-    warnings += _scalar_warnings(scalars, num_chains, rhat_threshold, min_ess_per_chain, tracked)
+    sections["scalars"] = _scalar_warnings(
+        scalars, num_chains, rhat_threshold, min_ess_per_chain, tracked
+    )
     if field is not None:
-        warnings += _field_warnings(field, min_ess_per_chain)
+        sections["field"] = _field_warnings(field, min_ess_per_chain)
     if truth is not None:
-        warnings += _truth_warnings(truth, coverage_tolerance)
+        sections["truth"] = _truth_warnings(truth, coverage_tolerance)
     wiener_out = None if wiener is None else dict(wiener.get("summary", wiener))
     if wiener_out is not None:
-        warnings += _wiener_warnings(wiener_out, wiener_rms_tolerance)
+        sections["wiener"] = _wiener_warnings(wiener_out, wiener_rms_tolerance)
+    warnings = [w for section in sections.values() for w in section]
+    poor = [
+        what
+        for what, bad in (
+            ("scalars' R-hat/ESS", bool(sections.get("scalars"))),
+            ("field modes' R-hat/ESS", bool(sections.get("field"))),
+            ("E-BFMI", any(v < EBFMI_THRESHOLD for v in (sampler or {}).get("ebfmi") or [])),
+        )
+        if bad
+    ]
     summary = {
         "metadata": dict(metadata) if metadata is not None else {},
         "num_chains": num_chains,
@@ -418,7 +477,98 @@ def build_summary(
         "field": None if field is None else dict(field),
         "truth": None if truth is None else dict(truth),
         "wiener": wiener_out,
+        "zero_by_symmetry": fixed,
+        "missing_outputs": list(missing_outputs or []),
+        "carried_over": None,
+        "mixing": {
+            "poor": poor,
+            "preconditioner": preconditioner,
+            "advice": preconditioner_advice(preconditioner, is_masked, poor),
+        },
         "warnings": warnings,
+        "warning_sections": sections,
         "healthy": not warnings,
     }
     return to_jsonable(summary)
+
+
+#: What :func:`carry_over` can keep: (summary key, sub-key or None, warning section).
+_CARRIED = (
+    ("field", None, "field"),
+    ("truth", "coverage", "truth"),
+    ("truth", "cross_correlation", None),
+)
+
+
+def _previous_warnings(previous: Mapping[str, Any], section: str, current: Sequence[str]):
+    """The warnings ``previous`` had from ``section`` (without any carried-over marker)."""
+    carried = (previous.get("carried_over") or {}).get("warnings") or {}
+    if section in carried:
+        return list(carried[section])
+    if "warning_sections" in previous:
+        return list(previous["warning_sections"].get(section) or [])
+    # A summary from before warning_sections: every warning that is not given again.
+    return [w for w in previous.get("warnings") or [] if w not in current]
+
+
+def carry_over(summary: Mapping[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Keep what the last diagnosis said about the sections this one could not recompute.
+
+    When run outputs are missing (``summary["missing_outputs"]``, e.g. ``fields.h5``),
+    the field convergence, the coverage of the truth and :math:`r(k)` cannot be
+    recomputed. Dropping them would make the report look healthier than the last full
+    one; instead each section that ``previous`` (the ``summary.json`` being replaced)
+    had and ``summary`` lacks is copied over together with its warnings, which are
+    counted again, marked ``(not recomputed: from the diagnosis of <when>, <n> draws)``.
+    ``carried_over`` records ``{"reason", "keys": {key: {"diagnosed_at", "num_draws"}},
+    "warnings": {section: [...]}}``; a section carried twice keeps its first origin.
+    Without missing outputs, or without ``previous``, ``summary`` is returned unchanged.
+
+    Returns
+    -------
+    dict
+        A new summary (``summary`` is not modified).
+    """
+    missing = summary.get("missing_outputs") or []
+    if not missing or not previous:
+        return dict(summary)
+    out = {key: (dict(v) if isinstance(v, Mapping) else v) for key, v in summary.items()}
+    before = previous.get("carried_over") or {}
+    origin = {
+        "diagnosed_at": (previous.get("metadata") or {}).get("diagnosed_at"),
+        "num_draws": previous.get("num_draws"),
+    }
+    keys: dict[str, Any] = {}
+    carried_warnings: dict[str, list[str]] = {}
+    for key, sub, section in _CARRIED:
+        name = key if sub is None else f"{key}.{sub}"
+        old = previous.get(key)
+        old = old.get(sub) if sub is not None and old else old
+        new = out.get(key)
+        new = new.get(sub) if sub is not None and new else new
+        if old is None or new is not None:
+            continue
+        if sub is None:
+            out[key] = old
+        elif out.get(key) is None:  # keep only what is carried
+            out[key] = {sub: old}
+        else:
+            out[key][sub] = old
+        keys[name] = (before.get("keys") or {}).get(name, origin)
+        if section is not None:
+            texts = _previous_warnings(previous, section, summary["warnings"])
+            taken = {t for done in carried_warnings.values() for t in done}
+            carried_warnings[section] = [t for t in texts if t not in taken]
+    if not keys:
+        return out
+    sections = dict(out.get("warning_sections") or {})
+    for section, texts in carried_warnings.items():
+        where = next(v for k, v in keys.items() if k.split(".")[0] == section)
+        mark = f"(not recomputed: from the diagnosis of {where['diagnosed_at'] or 'an earlier run'}"
+        mark += f", {where['num_draws']} draws) " if where.get("num_draws") else ") "
+        sections[section] = sections.get(section, []) + [mark + t for t in texts]
+    out["warning_sections"] = sections
+    out["warnings"] = [w for texts in sections.values() for w in texts]
+    out["healthy"] = not out["warnings"]
+    out["carried_over"] = {"reason": list(missing), "keys": keys, "warnings": carried_warnings}
+    return to_jsonable(out)

@@ -9,6 +9,12 @@ from numpy.typing import ArrayLike
 
 from fieldhmc.diagnostics.convergence import _CHUNK_ELEMENTS, _as_draws, _column_blocks
 
+#: Fewest modes (counting k and -k, as ``power.nc``'s ``nmodes``) for which a k-bin's
+#: T(k) and r(k) are shown. With N modes the binned power of one field scatters by
+#: sqrt(2/N) and r(k) of unrelated fields by 1/sqrt(N), 0.45 and 0.32 at N = 10; with
+#: one mode (the Nyquist corner of an even grid) |r| = 1 whatever the fields.
+MIN_MODES_PER_BIN = 10
+
 
 def cross_power(
     field_a: ArrayLike,
@@ -323,6 +329,8 @@ def truth_comparison(
     power_mean: ArrayLike | None = None,
     power_cross: ArrayLike | None = None,
     coverage_result: Mapping[str, Any] | None = None,
+    num_modes: ArrayLike | None = None,
+    min_modes: int = MIN_MODES_PER_BIN,
 ) -> dict[str, Any]:
     """Compare a synthetic run with its true field.
 
@@ -341,12 +349,19 @@ def truth_comparison(
         Cross-spectrum of posterior mean and truth; with ``power_mean`` gives :math:`r(k)`.
     coverage_result : mapping, optional
         Output of :func:`coverage`, copied in.
+    num_modes : array_like, shape (nbins,), optional
+        Modes per bin, counting :math:`\\mathbf k` and :math:`-\\mathbf k`
+        (``KBins.num_modes``).
+    min_modes : int, default :data:`MIN_MODES_PER_BIN`
+        Bins with fewer modes are ``is_sparse``: their T(k) and r(k) are computed but
+        not shown in the report or plot (too few modes to estimate them).
 
     Returns
     -------
     dict
         ``k``, ``transfer_median``, ``transfer_lo``, ``transfer_hi`` (16/84%),
-        ``transfer_mean_field``, ``cross_correlation`` (arrays or None), ``coverage``.
+        ``transfer_mean_field``, ``cross_correlation`` (arrays or None), ``coverage``,
+        ``num_modes`` and ``is_sparse`` (per bin, or None) and ``min_modes``.
     """
     out: dict[str, Any] = {
         "k": np.asarray(k, dtype=float),
@@ -356,6 +371,9 @@ def truth_comparison(
         "transfer_mean_field": None,
         "cross_correlation": None,
         "coverage": None if coverage_result is None else dict(coverage_result),
+        "num_modes": None if num_modes is None else np.asarray(num_modes, dtype=float),
+        "is_sparse": None if num_modes is None else np.asarray(num_modes) < min_modes,
+        "min_modes": int(min_modes),
     }
     if power_draws is not None:
         pd_ = np.asarray(power_draws, dtype=float)
