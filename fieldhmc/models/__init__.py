@@ -58,7 +58,14 @@ from fieldhmc.models.power_estimator import (
     measure_power,
     measure_power_np,
 )
-from fieldhmc.models.priors import NormalPrior
+from fieldhmc.models.priors import (
+    PRIOR_KINDS,
+    NormalPrior,
+    ScalarPrior,
+    TruncatedNormalPrior,
+    UniformPrior,
+    make_prior,
+)
 from fieldhmc.models.reduction import reduce_sum_float64
 from fieldhmc.models.wiener import (
     DensePosterior,
@@ -76,12 +83,14 @@ __all__ = [
     "INIT_KINDS",
     "MASK_KINDS",
     "PARAMETRIZATIONS",
+    "PRIOR_KINDS",
     "CGResult",
     "DensePosterior",
     "FieldModel",
     "ForwardFieldModel",
     "ForwardModelError",
     "RepinnableTarget",
+    "ScalarPrior",
     "GaussianFieldModel",
     "GaussianLikelihood",
     "Grid",
@@ -94,7 +103,9 @@ __all__ = [
     "PowerSpectrum",
     "PowerSpectrumEstimate",
     "TabulatedPower",
+    "TruncatedNormalPrior",
     "TurnoverPowerLaw",
+    "UniformPrior",
     "WienerPosterior",
     "WienerVariance",
     "ZeldovichForward",
@@ -106,6 +117,7 @@ __all__ = [
     "expected_binned_power",
     "load_forward_target",
     "make_mask",
+    "make_prior",
     "measure_cross_power",
     "measure_power",
     "measure_power_np",
