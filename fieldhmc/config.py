@@ -174,8 +174,11 @@ _BOUNDS = {
 }
 
 
-def _describe_error(error: Mapping[str, Any]) -> tuple[str, str]:
-    """Dotted key and concise message for one pydantic error entry."""
+def _describe_error(
+    error: Mapping[str, Any], root: type[BaseModel] | None = None
+) -> tuple[str, str]:
+    """Dotted key and concise message for one pydantic error entry (``root``: the
+    model validated, default :class:`Config`)."""
     kind = error["type"]
     loc = tuple(error["loc"])
     ctx = error.get("ctx") or {}
@@ -186,7 +189,7 @@ def _describe_error(error: Mapping[str, Any]) -> tuple[str, str]:
     if kind == "missing":
         return key, "required key is missing"
     if kind == "extra_forbidden":
-        return key, _unknown_key_message(loc)
+        return key, _unknown_key_message(loc, root)
     if kind in _BOUNDS:
         symbol, name = _BOUNDS[kind]
         message = f"must be {symbol} {ctx.get(name)}"
@@ -202,8 +205,8 @@ def _describe_error(error: Mapping[str, Any]) -> tuple[str, str]:
     return key, f"{message} (got {_show(error.get('input'))})"
 
 
-def _unknown_key_message(loc: Sequence[object]) -> str:
-    model: type[BaseModel] | None = Config
+def _unknown_key_message(loc: Sequence[object], root: type[BaseModel] | None = None) -> str:
+    model: type[BaseModel] | None = root or Config
     for part in loc[:-1]:
         field = model.model_fields.get(part) if model is not None else None
         model = _model_class(field.annotation) if field is not None else None
@@ -703,7 +706,7 @@ def _sampled_parameter(value: object, where: str) -> SampledParameterConfig:
     try:
         return SampledParameterConfig.model_validate(value)
     except ValidationError as exc:
-        key, message = _describe_error(exc.errors(include_url=False)[0])
+        key, message = _describe_error(exc.errors(include_url=False)[0], SampledParameterConfig)
         raise _field_error(".".join(k for k in (where, key) if k), message) from None
 
 

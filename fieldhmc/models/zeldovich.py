@@ -168,8 +168,7 @@ class ZeldovichForward:
         for value, fixed in ((growth, self.growth), (bias, self.bias)):
             factor = factor * tf.cast(fixed if value is None else value, tf.float64)
         factor = tf.reshape(factor, tf.concat([tf.shape(factor), [1, 1, 1]], 0))
-        gain = factor * tf.constant(self._unit_gain, tf.float64)
-        return gain[0] if growth is None and bias is None else gain
+        return factor * tf.constant(self._unit_gain, tf.float64)
 
     def __repr__(self) -> str:
         return (

@@ -314,6 +314,11 @@ def test_forward_config_validation(tmp_path):
         "params.x: must be a number, string, bool or a list": {
             "kind": "python",
             "target": "a:b",
+            "params": {"x": [{"y": 1}]},
+        },
+        "params.x.y: unknown key (allowed: sample, prior)": {
+            "kind": "python",
+            "target": "a:b",
             "params": {"x": {"y": 1}},
         },
         "target: file not found": {"kind": "python", "target": "absent.py:f"},
