@@ -547,8 +547,9 @@ class FieldModel(abc.ABC):
         callable
             ``log_likelihood_fn(delta, **hyperparameters) -> tf.Tensor`` float64
             ``[batch]`` for overdensities ``delta`` ``[batch, n0, n1, n2]`` (model dtype)
-            and the sampled hyperparameters as ``[batch]`` tensors (they enter the
-            lognormal-Poisson rate; the Gaussian likelihood ignores them). With every
+            and every sampled scalar as a ``[batch]`` tensor of **physical** values
+            (P(k) hyperparameters enter the lognormal-Poisson rate, forward parameters
+            the prediction; see :meth:`physical_parameters` for the latents' values). With every
             normalisation constant, as in :meth:`target_log_prob_fn`.
         """
         lc = self._likelihood_constants(self._check_data(data))

@@ -417,7 +417,7 @@ class ForwardFieldModel(FieldModel):
     def check_forward(self, num_chains: int = 2, seed=(8, 1)) -> None:
         """Run :func:`check_forward_fn` on a ``num_chains`` prior draw of :math:`\\delta`."""
         latents = self.init_latents("prior", num_chains, seed=list(seed))
-        field, hp = self._unpack(latents)
+        _, hp = self._unpack(latents)  # sampled parameters: prior draws, physical values
         delta = self.field_from_latents(*latents)
         name = getattr(self.forward, "__qualname__", type(self.forward).__name__)
         params = self._forward_params(hp, tf.shape(delta)[:-3])

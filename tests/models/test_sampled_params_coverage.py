@@ -7,7 +7,8 @@ for D and b, that the truth falls in the central 50/68/95% posterior intervals a
 as a binomial with those probabilities allows (two-sided p > 0.001 each), that the SBC
 rank tests do not reject uniformity, and that the data are informative (posterior sd
 well below the prior sd for b, the parameter the data constrain through b D). Set
-``FIELDHMC_COVERAGE_OUT`` to keep the SBC directory (``sbc_report.txt``, plots).
+``FIELDHMC_COVERAGE_OUT`` to keep the SBC directory (``sbc_report.txt``, plots) and
+``FIELDHMC_COVERAGE_SET`` to ``;``-separated ``--set`` overrides (e.g. a 16³ grid).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def test_growth_and_bias_posteriors_cover_the_truth(tmp_path):
     out = Path(os.environ.get("FIELDHMC_COVERAGE_OUT") or tmp_path / "sbc")
     argv = ["-q", "sbc", str(CONFIG), "--realisations", str(NUM_REALISATIONS)]
     argv += ["--out", str(out), "--workers", "1", "--no-plots"]
+    for assignment in filter(None, os.environ.get("FIELDHMC_COVERAGE_SET", "").split(";")):
+        argv += ["--set", assignment]
     assert cli.main(argv) == 0
     with xr.open_dataset(out / "sbc.nc", engine="h5netcdf") as ds:
         ds = ds.load()
