@@ -319,7 +319,12 @@ def test_forward_config_validation(tmp_path):
         "params.x.y: unknown key (allowed: sample, prior)": {
             "kind": "python",
             "target": "a:b",
-            "params": {"x": {"y": 1}},
+            "params": {"x": {"y": 1, "prior": {"kind": "normal", "loc": 0.0, "scale": 1.0}}},
+        },
+        "params.x.prior: required key is missing": {
+            "kind": "python",
+            "target": "a:b",
+            "params": {"x": {"sample": True}},
         },
         "target: file not found": {"kind": "python", "target": "absent.py:f"},
         "kind: must be 'python' or 'zeldovich' (got 'lpt2')": {"kind": "lpt2"},
