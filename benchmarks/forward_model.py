@@ -30,6 +30,14 @@ one process (medians):
   corners). ``floor1 = fft6 + scatter1 + gather1`` is what no Zel'dovich + mass
   assignment gradient on XLA:CPU can beat; ``floor8`` the same for CIC.
 
+With ``--sampled-params`` it instead measures sampling efficiency on
+``benchmarks/zeldovich_sampled_32.yaml`` (Zel'dovich data, growth D and bias b sampled
+with the field, P(k) fixed): gradients per min-ESS over the two parameters and every
+field coordinate, per kernel (``--kinds``, default fieldnuts and mams), through
+``benchmarks/microcanonical.py --config`` (same driver, posterior metric for the field,
+the priors' latent scales for D and b, a prior-draw start), and the same model with D
+and b fixed (at 1.0 and 1.5; its data differ, drawn with those values).
+
 Target: ``zel / pair <= 4``. Memory: the peak of TensorFlow's CPU allocator during
 one call (``tf.config.experimental.get_memory_info``, reset before each; it holds
 XLA's temporary buffers), in units of one float32 field (``4 n^3`` bytes).
@@ -193,12 +201,50 @@ def bench(n: int, repeats: int, num_chains: int) -> dict[str, float]:
     }
 
 
+SAMPLED_CONFIG = os.path.join(os.path.dirname(__file__), "zeldovich_sampled_32.yaml")
+
+
+def sampled_params_efficiency(grid: int, chains: int, kinds, extra=()) -> dict:
+    """Gradients per min-ESS (parameters and field) with D and b sampled, then fixed.
+
+    Rows from :func:`microcanonical.main` ``--config``; ``extra`` are further arguments
+    of it (draw counts, ``--set`` overrides)."""
+    import microcanonical
+
+    out = {}
+    for label, sets in (
+        ("growth and bias sampled", []),
+        (
+            "growth and bias fixed (1.0, 1.5)",
+            ["model.forward.growth=1.0", "model.forward.bias=1.5"],
+        ),
+    ):
+        print(f"\n== {label} ==")
+        argv = ["--config", SAMPLED_CONFIG, "--grid", str(grid), "--chains", str(chains)]
+        argv += ["--kinds", *kinds, "--set", "sampler.preconditioner=posterior", *extra]
+        for assignment in sets:
+            argv += ["--set", assignment]
+        out[label] = microcanonical.main(argv)["config"]
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--chains", type=int, default=1)
-    args = parser.parse_args(argv)
+    parser.add_argument("--chains", type=int, default=1, help="--sampled-params: 4 is usual")
+    parser.add_argument(
+        "--sampled-params",
+        action="store_true",
+        help="sampling efficiency with the Zel'dovich growth and bias sampled (32³) instead",
+    )
+    parser.add_argument("--kinds", nargs="+", default=["fieldnuts", "mams"])
+    args, extra = parser.parse_known_args(argv)
+    if args.sampled_params:
+        sampled_params_efficiency(32, args.chains, args.kinds, extra)
+        return 0
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     print(f"Zel'dovich forward model, value+gradient, {args.chains} chain(s), float32, XLA")
     cols = ["zel", "zel(delta)", "smooth", "target", "target(delta)", "disp", "cic"]
     print(

@@ -108,16 +108,17 @@ def gaussian_problem(model, data, chains: int) -> Problem:
     )
 
 
-def config_problem(path: str, grid: int, chains: int):
+def config_problem(path: str, grid: int, chains: int, overrides=()):
     """A shipped config's model on a ``grid``³ box, its data, preconditioner and start.
 
     Returns ``(problem, description)``; the start is a prior draw of every latent.
+    ``overrides`` are ``--set`` assignments applied after the grid's.
     """
     from fieldhmc import config as cfg
     from fieldhmc import workflow
 
     n = grid
-    config = cfg.load_config(path, [f"grid.shape=[{n},{n},{n}]"])
+    config = cfg.load_config(path, [f"grid.shape=[{n},{n},{n}]", *overrides])
     model = workflow.build_model(config)
     data = np.asarray(model.sample(seed=stateless_seed(config.data.seed))["data"])
     dtype = np.dtype(config.precision)
@@ -306,6 +307,14 @@ def main(argv: list[str] | None = None) -> dict:
         help="a shipped config (e.g. configs/hierarchical_64.yaml) on a --grid box instead "
         "of the Gaussian model; its preconditioner, a prior-draw start; no BlackJAX rows",
     )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --config: override a config key (repeatable)",
+    )
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument(
         "--speed-steps", type=int, default=50, help="bare-kernel timing vs BlackJAX; 0: skip"
@@ -354,7 +363,7 @@ def main(argv: list[str] | None = None) -> dict:
         }
         return {"speed": {args.masks[0]: speed(model, data, rows, args)}}
     if args.config:
-        problem, text = config_problem(args.config, args.grid, args.chains)
+        problem, text = config_problem(args.config, args.grid, args.chains, args.overrides)
         print(f"\n{text}; no exact posterior: ΔVar/Var and b2 are against fieldnuts' draws")
         _print_header()
         rows, ref = {}, None

@@ -74,7 +74,9 @@ __all__ = [
     "MaskGenerateConfig",
     "ModelConfig",
     "OutputsConfig",
+    "ParameterPriorConfig",
     "PowerConfig",
+    "SampledParameterConfig",
     "SamplerConfig",
     "config_from_dict",
     "dump_yaml",
@@ -174,8 +176,11 @@ _BOUNDS = {
 }
 
 
-def _describe_error(error: Mapping[str, Any]) -> tuple[str, str]:
-    """Dotted key and concise message for one pydantic error entry."""
+def _describe_error(
+    error: Mapping[str, Any], root: type[BaseModel] | None = None
+) -> tuple[str, str]:
+    """Dotted key and concise message for one pydantic error entry (``root``: the
+    model validated, default :class:`Config`)."""
     kind = error["type"]
     loc = tuple(error["loc"])
     ctx = error.get("ctx") or {}
@@ -186,7 +191,7 @@ def _describe_error(error: Mapping[str, Any]) -> tuple[str, str]:
     if kind == "missing":
         return key, "required key is missing"
     if kind == "extra_forbidden":
-        return key, _unknown_key_message(loc)
+        return key, _unknown_key_message(loc, root)
     if kind in _BOUNDS:
         symbol, name = _BOUNDS[kind]
         message = f"must be {symbol} {ctx.get(name)}"
@@ -202,8 +207,8 @@ def _describe_error(error: Mapping[str, Any]) -> tuple[str, str]:
     return key, f"{message} (got {_show(error.get('input'))})"
 
 
-def _unknown_key_message(loc: Sequence[object]) -> str:
-    model: type[BaseModel] | None = Config
+def _unknown_key_message(loc: Sequence[object], root: type[BaseModel] | None = None) -> str:
+    model: type[BaseModel] | None = root or Config
     for part in loc[:-1]:
         field = model.model_fields.get(part) if model is not None else None
         model = _model_class(field.annotation) if field is not None else None
@@ -554,6 +559,137 @@ class LikelihoodConfig(BaseModel):
         return self
 
 
+class ParameterPriorConfig(BaseModel):
+    """Prior of a sampled forward-model parameter (see fieldhmc.models.priors)."""
+
+    model_config = _FROZEN
+
+    kind: Literal["normal", "truncated_normal", "uniform"] = Field(
+        description="normal: N(loc, scale^2); truncated_normal: N(loc, scale^2) restricted "
+        "to [low, high] (one bound may be omitted); uniform: U(low, high). Bounded priors "
+        "are sampled in an unconstrained coordinate (exact Jacobian)."
+    )
+    loc: float | None = _finite(None, "Mean (normal, truncated_normal: before truncation).")
+    scale: Positive | None = Field(
+        None, description="Standard deviation > 0 (normal, truncated_normal: before truncation)."
+    )
+    low: float | None = _finite(None, "Lower bound (truncated_normal, uniform).")
+    high: float | None = _finite(None, "Upper bound (truncated_normal, uniform).")
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> "ParameterPriorConfig":
+        actual = f"kind={self.kind}"
+        is_normal = self.kind in ("normal", "truncated_normal")
+        for name in ("loc", "scale"):
+            if is_normal and getattr(self, name) is None:
+                raise _field_error(name, f"required when kind={self.kind}")
+            _apply_kind_rule(self, name, is_normal, "kind=normal or truncated_normal", actual)
+        for name in ("low", "high"):
+            if self.kind == "uniform" and getattr(self, name) is None:
+                raise _field_error(name, "required when kind=uniform")
+            applies = self.kind != "normal"
+            _apply_kind_rule(self, name, applies, "kind=truncated_normal or uniform", actual)
+        if self.kind == "truncated_normal" and self.low is None and self.high is None:
+            raise _field_error("low", "kind=truncated_normal needs low or high (or both)")
+        if self.low is not None and self.high is not None and not self.low < self.high:
+            raise _field_error(
+                "high", f"bounds out of order: must be > low={self.low} (got {self.high})"
+            )
+        if self.kind == "truncated_normal":
+            # the mass of N(loc, scale^2) inside [low, high], from the nearer tail
+            a = -math.inf if self.low is None else (self.low - self.loc) / self.scale
+            b = math.inf if self.high is None else (self.high - self.loc) / self.scale
+            if a > 0:
+                a, b = -b, -a
+            mass = 0.5 * (math.erfc(-b / math.sqrt(2.0)) - math.erfc(-a / math.sqrt(2.0)))
+            if not mass > 1e-300:
+                raise _field_error(
+                    "low" if self.low is not None and self.loc < self.low else "high",
+                    f"[low, high] holds no mass of N(loc={self.loc}, scale={self.scale}^2)",
+                )
+        return self
+
+    @property
+    def arguments(self) -> dict[str, float]:
+        """Keyword arguments of ``fieldhmc.models.make_prior(kind, ...)`` (given ones)."""
+        names = ("loc", "scale", "low", "high")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+
+class SampledParameterConfig(BaseModel):
+    """A forward-model parameter given a prior: sampled with the field (or, with
+    ``sample: false``, fixed at the prior's fiducial value: loc, or a uniform's midpoint)."""
+
+    model_config = _FROZEN
+
+    sample: bool = Field(True, strict=True, description="Sample the parameter (else fixed).")
+    prior: ParameterPriorConfig = Field(description="Its prior.")
+
+
+def _sampled_parameter(value: object, where: str) -> SampledParameterConfig:
+    """Validate ``{sample, prior}`` given under key ``where`` (errors name the full key)."""
+    try:
+        return SampledParameterConfig.model_validate(value)
+    except ValidationError as exc:
+        key, message = _describe_error(exc.errors(include_url=False)[0], SampledParameterConfig)
+        raise _field_error(".".join(k for k in (where, key) if k), message) from None
+
+
+def _find_module_file(module: str) -> Path | None:
+    """The source file of ``module`` (dotted) found on ``sys.path`` without importing
+    anything (not even its parent packages); ``None`` if it cannot be located."""
+    import importlib.machinery
+    import sys
+
+    if module in sys.modules:
+        found = getattr(sys.modules[module], "__file__", None)
+        return Path(found) if found and found.endswith(".py") else None
+    path = None
+    spec = None
+    for part in module.split("."):
+        spec = importlib.machinery.PathFinder.find_spec(part, path)
+        if spec is None:
+            return None
+        path = spec.submodule_search_locations
+    origin = getattr(spec, "origin", None)
+    return Path(origin) if origin and str(origin).endswith(".py") else None
+
+
+def _accepted_keywords(target: str) -> tuple[str, set[str]] | None:
+    """``(signature text, keyword names)`` that the function ``target`` accepts after
+    ``delta``, read from its source with :mod:`ast` (nothing is imported); ``None`` if
+    it cannot be told (not found, not a plain ``def`` at module level, or ``**kwargs``)."""
+    import ast
+
+    module, _, attr = target.partition(":")
+    path = Path(module) if module.endswith(".py") else _find_module_file(module)
+    if path is None or "." in attr:
+        return None
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found = None
+    for node in tree.body:  # the last definition at module level wins, as on import
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == attr:
+            found = node
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.Import | ast.ImportFrom):
+            targets = getattr(node, "targets", [getattr(node, "target", None)])
+            names = [getattr(t, "id", None) for t in targets]
+            names += [(a.asname or a.name) for a in getattr(node, "names", [])]
+            if attr in names:  # rebound to something else: cannot tell
+                found = None
+    if found is None or found.decorator_list or found.args.kwarg is not None:
+        return None
+    args = found.args
+    # the first positional parameter is delta; the rest and the keyword-only ones are
+    # keywords (other positional-only ones are not)
+    keywords = {a.arg for a in args.args[max(0, 1 - len(args.posonlyargs)) :]}
+    keywords |= {a.arg for a in args.kwonlyargs}
+    shown = ", ".join(a.arg for a in args.posonlyargs + args.args + args.kwonlyargs)
+    return f"{attr}({shown})", keywords
+
+
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 
@@ -590,10 +726,18 @@ class ForwardConfig(BaseModel):
     params: dict[str, Any] | None = Field(
         None,
         description="Keyword arguments of the python function (numbers, strings, bools, "
-        "lists); kind=python only.",
+        "lists), or {sample: true, prior: {kind, loc, scale, low, high}} for a parameter "
+        "sampled with the field (passed as a tensor [chains]); kind=python only.",
     )
-    growth: float | None = _finite(
-        1.0, "Linear growth factor D multiplying the Zel'dovich displacement; kind=zeldovich only."
+    growth: float | SampledParameterConfig | None = Field(
+        1.0,
+        description="Linear growth factor D multiplying the Zel'dovich displacement, a number "
+        "or {sample: true, prior: {...}}; kind=zeldovich only.",
+    )
+    bias: float | SampledParameterConfig | None = Field(
+        1.0,
+        description="Linear Eulerian bias b of the Zel'dovich prediction b * delta_evolved, a "
+        "number or {sample: true, prior: {...}}; kind=zeldovich only.",
     )
     smoothing: float | None = _finite(
         None,
@@ -615,6 +759,19 @@ class ForwardConfig(BaseModel):
             return f"{path}:{attr}"
         return value
 
+    @field_validator("growth", "bias", mode="before")
+    @classmethod
+    def _number_or_sampled(cls, value: object) -> object:
+        if isinstance(value, Mapping):
+            return _sampled_parameter(value, "")
+        if value is None or isinstance(value, SampledParameterConfig):
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _field_error("", f"must be a number or {{sample, prior}} (got {_show(value)})")
+        if not math.isfinite(value):
+            raise _field_error("", f"must be finite (got {value})")
+        return float(value)
+
     @model_validator(mode="after")
     def _check_kind(self) -> "ForwardConfig":
         actual = f"model.forward.kind={self.kind}"
@@ -631,16 +788,49 @@ class ForwardConfig(BaseModel):
                 )
         _apply_kind_rule(self, "target", is_python, "model.forward.kind=python", actual)
         _apply_kind_rule(self, "params", is_python, "model.forward.kind=python", actual)
+        params = {}
         for key, value in (self.params or {}).items():
             if not re.match(r"^[A-Za-z_]\w*$", str(key)):
                 raise _field_error("params", f"keys must be Python identifiers (got {key!r})")
-            _plain_param(value, f"params.{key}")
-        if is_python and self.params is None:
-            _set_resolved(self, params={})
+            if isinstance(value, Mapping | SampledParameterConfig):
+                value = _sampled_parameter(value, f"params.{key}")
+            else:
+                _plain_param(value, f"params.{key}")
+            params[key] = value
+        if is_python:
+            _set_resolved(self, params=params)
+            self._check_params_accepted()
         is_zeldovich = self.kind == "zeldovich"
-        for name in ("growth", "smoothing"):
+        for name in ("growth", "bias", "smoothing"):
             _apply_kind_rule(self, name, is_zeldovich, "model.forward.kind=zeldovich", actual)
         return self
+
+    def _check_params_accepted(self) -> None:
+        """Every param is a keyword the function accepts: its source is parsed with
+        :mod:`ast`, nothing imported (``run`` imports and calls it as well)."""
+        accepted = _accepted_keywords(self.target)
+        if accepted is None:
+            return
+        signature, keywords = accepted
+        for key, value in self.params.items():
+            if key not in keywords:
+                sampled = isinstance(value, SampledParameterConfig)
+                what = "sampled parameter" if sampled else "parameter"
+                raise _field_error(
+                    f"params.{key}",
+                    f"{signature} does not accept the {what} {key!r} ({self.target})",
+                )
+
+    @property
+    def sampled(self) -> dict[str, SampledParameterConfig]:
+        """The parameters given a prior and ``sample: true``, in latent order."""
+        if self.kind == "zeldovich":
+            values = {"growth": self.growth, "bias": self.bias}
+        else:
+            values = dict(self.params or {})
+        return {
+            k: v for k, v in values.items() if isinstance(v, SampledParameterConfig) and v.sample
+        }
 
 
 class ModelConfig(BaseModel):
@@ -691,6 +881,14 @@ class ModelConfig(BaseModel):
         resolved = hyper.model_copy(update={"log_amplitude": log_amplitude, "index": index})
         _set_resolved(self, hyperparameters=resolved)
         return self
+
+    @property
+    def sampled_parameter_names(self) -> tuple[str, ...]:
+        """Every sampled scalar in latent order: the P(k) hyperparameters, then the
+        forward model's parameters (config order)."""
+        power = [n for n in ("log_amplitude", "index") if getattr(self.hyperparameters, n).sample]
+        forward = list(self.forward.sampled) if self.forward is not None else []
+        return (*power, *forward)
 
 
 class DataConfig(BaseModel):
@@ -1035,11 +1233,7 @@ class Config(BaseModel):
     def summary(self) -> str:
         """One-line human-readable description of the run."""
         grid = "x".join(str(n) for n in self.grid.shape)
-        sampled = [
-            name
-            for name in ("log_amplitude", "index")
-            if getattr(self.model.hyperparameters, name).sample
-        ]
+        sampled = self.model.sampled_parameter_names
         hyper = f", sampling {'+'.join(sampled)}" if sampled else ""
         sampler = self.sampler
         return (

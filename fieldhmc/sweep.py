@@ -166,13 +166,14 @@ def sbc_realisation(job: SbcJob) -> dict:
     k_of: list[float] = []
     draws: list[np.ndarray] = []
     truths: list[np.ndarray] = []
-    hyper_draws = {}
+    # every sampled scalar (P(k) hyperparameters, forward parameters), physical values
+    hyper_draws = model.physical_parameters({n: pooled(traces[n][tidx]) for n in model.hyper_names})
+    hyper_truth = model.physical_parameters(d.truth_latents)
     for name in model.hyper_names:
-        hyper_draws[name] = pooled(traces[name][tidx])
         names.append(name)
         k_of.append(np.nan)
         draws.append(hyper_draws[name][:, None])
-        truths.append(np.atleast_1d(np.asarray(d.truth_latents[name], np.float64)))
+        truths.append(np.atleast_1d(np.asarray(hyper_truth[name], np.float64)))
     loglik_fn = model.log_likelihood_fn(d.data)
     flat_fields = fields.reshape(num_draws, *fields.shape[2:])
     loglik = loglik_fn(
@@ -181,7 +182,7 @@ def sbc_realisation(job: SbcJob) -> dict:
     ).numpy()
     loglik_truth = loglik_fn(
         truth_delta,
-        **{n: tf.constant([d.truth_latents[n]], model.dtype) for n in model.hyper_names},
+        **{n: tf.constant([hyper_truth[n]], model.dtype) for n in model.hyper_names},
     ).numpy()
     names.append("log_likelihood")
     k_of.append(np.nan)

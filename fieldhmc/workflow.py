@@ -82,20 +82,45 @@ def _mask(config: cfg.Config, grid) -> np.ndarray | None:
     return models.make_mask(grid, g.kind, g.fraction, g.seed)
 
 
+def _forward_parameter(value, key: str):
+    """A forward parameter's value: a number as given, or (``{sample, prior}``) its
+    :class:`~fieldhmc.models.ScalarPrior` if sampled, else the prior's fiducial value."""
+    from fieldhmc import models
+
+    if not isinstance(value, cfg.SampledParameterConfig):
+        return value
+    try:
+        prior = models.make_prior(value.prior.kind, **value.prior.arguments)
+    except ValueError as exc:  # config.py checks the same first; a guard, one line
+        raise cfg.ConfigError(f"{key}.prior", str(exc)) from None
+    return prior if value.sample else prior.fiducial
+
+
 def _build_forward(config: cfg.Config, grid):
-    """``(forward, forward_params)`` of ``model.forward`` (``(None, {})`` for the identity)."""
+    """``(forward, forward_params)`` of ``model.forward`` (``(None, {})`` for the identity);
+    sampled parameters are :class:`~fieldhmc.models.ScalarPrior` values."""
     from fieldhmc import models
 
     forward = config.model.forward
     if forward is None:
         return None, {}
     if forward.kind == "zeldovich":
-        return models.ZeldovichForward(grid, forward.growth, forward.smoothing), {}
+        values = {
+            name: _forward_parameter(getattr(forward, name), f"model.forward.{name}")
+            for name in ("growth", "bias")
+        }
+        fixed = {k: 1.0 if isinstance(v, models.ScalarPrior) else v for k, v in values.items()}
+        sampled = {k: v for k, v in values.items() if isinstance(v, models.ScalarPrior)}
+        return models.ZeldovichForward(grid, smoothing=forward.smoothing, **fixed), sampled
     try:
         fn = models.load_forward_target(forward.target)
     except models.ForwardModelError as exc:
         raise cfg.ConfigError("model.forward.target", str(exc)) from None
-    return fn, dict(forward.params or {})
+    params = {
+        k: _forward_parameter(v, f"model.forward.params.{k}")
+        for k, v in (forward.params or {}).items()
+    }
+    return fn, params
 
 
 def build_model(
@@ -285,9 +310,9 @@ def _scales(config: cfg.Config, model, data) -> list[np.ndarray]:
     dtype = np.dtype(config.precision)
     scales = []
     for name in model.latent_names:
-        if name != "field":
-            prior = getattr(config.model.hyperparameters, name)
-            scales.append(np.asarray(1.0 if kind == "identity" else prior.prior_scale, dtype))
+        if name != "field":  # the prior's scale of the (unconstrained) latent
+            scale = 1.0 if kind == "identity" else model.hyper_latent_scale(name)
+            scales.append(np.asarray(scale, dtype))
         elif kind == "identity":
             scales.append(np.ones(model.grid.grid_shape, dtype))
         elif kind == "posterior":
@@ -471,7 +496,8 @@ def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict, kbin
     from fieldhmc.samplers import read_traces
 
     traces = read_traces(run.traces)
-    posterior = {name: traces[name] for name in model.latent_names if name in traces}
+    # the sampled scalars' physical values (their latents are unconstrained)
+    posterior = model.physical_parameters(traces)
     for n, name in enumerate(mode_names(idx)):
         posterior[f"{name}.real"] = traces["tracked_real"][..., n]
         imag = traces["tracked_imag"][..., n]
@@ -870,7 +896,7 @@ def _plot(run_dir: Path) -> list[Path]:
         io.atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
         written.append(path)
 
-    hyper = [n for n in ("log_amplitude", "index") if n in posterior]
+    hyper = [n for n in config.model.sampled_parameter_names if n in posterior]
     modes = [n for n in posterior if n.startswith("mode[")][:6]
     trace_vars = {**{n: posterior[n] for n in hyper + modes}, "lp": stats["lp"]}
     save(plotting.plot_traces(trace_vars, diverging=stats.get("diverging")), "traces")

@@ -65,7 +65,14 @@ from fieldhmc.models.power_estimator import (
     measure_power,
     measure_power_np,
 )
-from fieldhmc.models.priors import NormalPrior
+from fieldhmc.models.priors import (
+    PRIOR_KINDS,
+    NormalPrior,
+    ScalarPrior,
+    TruncatedNormalPrior,
+    UniformPrior,
+    make_prior,
+)
 from fieldhmc.models.reduction import reduce_sum_float64
 from fieldhmc.models.rsd import kaiser_factor, redshift_space_growth
 from fieldhmc.models.wiener import (
@@ -84,12 +91,14 @@ __all__ = [
     "INIT_KINDS",
     "MASK_KINDS",
     "PARAMETRIZATIONS",
+    "PRIOR_KINDS",
     "CGResult",
     "DensePosterior",
     "FieldModel",
     "ForwardFieldModel",
     "ForwardModelError",
     "RepinnableTarget",
+    "ScalarPrior",
     "GaussianFieldModel",
     "GaussianLikelihood",
     "Grid",
@@ -105,7 +114,9 @@ __all__ = [
     "PowerSpectrum",
     "PowerSpectrumEstimate",
     "TabulatedPower",
+    "TruncatedNormalPrior",
     "TurnoverPowerLaw",
+    "UniformPrior",
     "WienerPosterior",
     "WienerVariance",
     "ZeldovichForward",
@@ -121,6 +132,7 @@ __all__ = [
     "lagrangian_bias_weights",
     "load_forward_target",
     "make_mask",
+    "make_prior",
     "measure_cross_power",
     "measure_power",
     "measure_power_np",

@@ -29,9 +29,13 @@ in the centred case), so its posterior is :math:`\\mathcal N(0, 1)`.
 
 **Hyperparameters** ``log_amplitude`` and ``index`` (see
 :mod:`fieldhmc.models.power`) are sampled when given a :class:`NormalPrior`, else
-fixed at the power spectrum's fiducial values. Latents are ordered
-``(*sampled hyperparameters, "field")`` and may carry any leading batch (chain)
-shape; hyperparameters then have shape ``[batch]``.
+fixed at the power spectrum's fiducial values. A subclass may add sampled scalar
+parameters of its own (``param_priors``: a forward model's bias, growth, ...; see
+:mod:`fieldhmc.models.priors`), sampled in an unconstrained coordinate :math:`u`
+whose prior density includes the Jacobian of :math:`\theta = T(u)`. Latents are
+ordered ``(*sampled P(k) hyperparameters, *sampled parameters, "field")`` (together
+``hyper_names``) and may carry any leading batch (chain) shape; the scalars then have
+shape ``[batch]``. Internally ``hp`` holds the physical values :math:`\theta`.
 
 **Precision.** :meth:`FieldModel.target_log_prob_fn` computes per-voxel terms in
 the latents' dtype and reduces them in float64, returning float64
@@ -59,7 +63,12 @@ import tensorflow_probability as tfp
 
 from fieldhmc.models.grid import Grid
 from fieldhmc.models.power import PowerSpectrum, power_from_terms
-from fieldhmc.models.priors import NormalPrior, check_hyper_priors
+from fieldhmc.models.priors import (
+    NormalPrior,
+    ScalarPrior,
+    check_hyper_priors,
+    check_param_priors,
+)
 from fieldhmc.models.reduction import reduce_sum_float64
 from fieldhmc.models.wiener_solver import wiener_filter_mean
 from fieldhmc.ops import HermitianPacking, irfft3d, rfft3d
@@ -102,6 +111,10 @@ class FieldModel(abc.ABC):
         ``{"log_amplitude": NormalPrior(loc, scale), "index": ...}`` (or
         ``(loc, scale)`` tuples) for the hyperparameters to sample; the others are
         fixed at their fiducial values. Default: all fixed.
+    param_priors : mapping, optional
+        ``{name: ScalarPrior}`` of further sampled scalars (a forward model's
+        parameters), in latent order after the P(k) hyperparameters; their fiducial
+        values are the priors' (:attr:`ScalarPrior.fiducial`).
     dtype : tf.DType
         float32 (default) or float64: the dtype of latents, fields and data.
 
@@ -123,6 +136,7 @@ class FieldModel(abc.ABC):
         *,
         parametrization: str = "noncentred",
         hyper_priors: Mapping[str, NormalPrior | tuple[float, float]] | None = None,
+        param_priors: Mapping[str, ScalarPrior] | None = None,
         dtype: tf.DType = tf.float32,
     ):
         if not isinstance(grid, Grid):
@@ -142,14 +156,25 @@ class FieldModel(abc.ABC):
         self.power = power
         self.parametrization = parametrization
         self.dtype = dtype
-        self.hyper_priors = check_hyper_priors(hyper_priors)
+        power_priors = check_hyper_priors(hyper_priors)
+        param_priors = check_param_priors(param_priors)
+        #: every sampled scalar's prior, in latent order
+        self.hyper_priors: dict[str, ScalarPrior] = {**power_priors, **param_priors}
+        #: the sampled P(k) hyperparameters (those that make P(k) vary)
+        self.power_hyper_names: tuple[str, ...] = tuple(power_priors)
+        #: the sampled non-P(k) parameters (a forward model's)
+        self.param_names: tuple[str, ...] = tuple(param_priors)
+        #: every sampled scalar: P(k) hyperparameters, then the parameters
         self.hyper_names: tuple[str, ...] = tuple(self.hyper_priors)
         self.latent_names: tuple[str, ...] = (*self.hyper_names, "field")
         self.latent_event_shapes: tuple[tuple[int, ...], ...] = (
             *(() for _ in self.hyper_names),
             grid.grid_shape,
         )
-        self.fiducial: dict[str, float] = power.fiducial
+        self.fiducial: dict[str, float] = {
+            **power.fiducial,
+            **{name: prior.fiducial for name, prior in param_priors.items()},
+        }
         self.packing = HermitianPacking(grid.grid_shape)
 
         kmag = grid.kmag()
@@ -213,7 +238,7 @@ class FieldModel(abc.ABC):
         (``power_terms``).
         """
         with tf.init_scope():  # eager even while a function is traced (docstring)
-            sampled = bool(self.hyper_names)
+            sampled = bool(self.power_hyper_names)
             c: dict[str, tf.Tensor] = {"is_pos": tf.constant(self._is_pos)}
             if power_terms or (
                 sampled and (not field_only or self.parametrization == "noncentred")
@@ -258,7 +283,7 @@ class FieldModel(abc.ABC):
         .. math:: \\sigma^2_\\delta = \\frac1V \\sum_{k\\,\\text{full}} P(k)
                   = \\frac1N \\sum_{k\\,\\text{half}} w_k s_k
         """
-        if not self.hyper_names:
+        if not self.power_hyper_names:
             return c["sigma2_delta"]
         s = self._signal_variance(hp, c)
         w = tf.constant(self.grid.hermitian_weights(), tf.float64)
@@ -281,8 +306,42 @@ class FieldModel(abc.ABC):
             )
         values = dict(zip(self.latent_names, latents, strict=True))
         field = tf.cast(tf.convert_to_tensor(values["field"]), self.dtype)
-        hp = {name: tf.convert_to_tensor(values[name]) for name in self.hyper_names}
+        hp = {name: self._physical(name, values[name]) for name in self.hyper_names}
         return field, hp
+
+    def _physical(self, name: str, u) -> tf.Tensor:
+        """The physical value :math:`\theta = T(u)` of sampled scalar ``name``'s latent."""
+        return self.hyper_priors[name].physical(tf.convert_to_tensor(u))
+
+    def _hyper_latents(self, latents) -> dict[str, tf.Tensor]:
+        """The sampled scalars' latent (unconstrained) values, by name."""
+        values = dict(zip(self.latent_names, latents, strict=True))
+        return {name: tf.convert_to_tensor(values[name]) for name in self.hyper_names}
+
+    def physical_parameters(self, latents: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """NumPy float64 physical values of the sampled scalars from their latents.
+
+        Parameters
+        ----------
+        latents : mapping
+            ``{name: array}`` for (at least) every name of ``hyper_names``, any shape.
+
+        Returns
+        -------
+        dict
+            ``{name: T(u)}`` for ``hyper_names`` in the latents' dtype (the arrays
+            themselves for unbounded priors).
+        """
+        out = {}
+        for name in self.hyper_names:
+            u = np.asarray(latents[name])
+            prior = self.hyper_priors[name]
+            out[name] = prior.physical_np(u).astype(u.dtype) if prior.is_bounded else u
+        return out
+
+    def hyper_latent_scale(self, name: str) -> float:
+        """Prior standard deviation of sampled scalar ``name``'s latent (a metric scale)."""
+        return self.hyper_priors[name].latent_scale
 
     def _modes(self, field: tf.Tensor, hp, c, factor: float = 1.0) -> tf.Tensor:
         """``factor`` times the orthonormal modes of :math:`\\delta`,
@@ -291,7 +350,7 @@ class FieldModel(abc.ABC):
         ``modes == rfft3d(delta)`` (exactly Hermitian) for ``factor`` :math:`\\sqrt N`."""
         modes = self.packing.modes_from_real(field)
         if self.parametrization == "noncentred":
-            if self.hyper_names:
+            if self.power_hyper_names:
                 scale = tf.cast(tf.sqrt(self._signal_variance(hp, c)), self.dtype)
             else:
                 scale = c["sqrt_s"]
@@ -371,12 +430,18 @@ class FieldModel(abc.ABC):
         return self.packing.real_from_modes(modes)
 
     # --- densities -----------------------------------------------------------------------
-    def _log_prior_hypers(self, hp) -> tf.Tensor:
+    def _log_prior_hypers(self, u) -> tf.Tensor:
+        """float64 log prior density of the sampled scalars' **latent** values ``u``
+        (``{name: tensor}``, see :meth:`_hyper_latents`), Jacobians included. For a
+        Normal prior (every P(k) hyperparameter) latent and physical values coincide."""
         total = tf.zeros([], tf.float64)
         for name in self.hyper_names:
             prior = self.hyper_priors[name]
-            z = (tf.cast(hp[name], tf.float64) - prior.loc) / prior.scale
-            total = total - 0.5 * z * z - (math.log(prior.scale) + 0.5 * _LOG_2PI)
+            if isinstance(prior, NormalPrior):  # as it always was: the same bits
+                z = (tf.cast(u[name], tf.float64) - prior.loc) / prior.scale
+                total = total - 0.5 * z * z - (math.log(prior.scale) + 0.5 * _LOG_2PI)
+            else:
+                total = total + prior.log_prob_latent(u[name])
         return total
 
     def _log_prior_field(self, field: tf.Tensor, hp, c) -> tf.Tensor:
@@ -385,7 +450,7 @@ class FieldModel(abc.ABC):
             # float32 squares, float64 (blocked) sum: see fieldhmc.models.reduction
             return -0.5 * reduce_sum_float64(tf.square(field)) - 0.5 * n * _LOG_2PI
         x2 = tf.square(tf.cast(field, tf.float64))
-        if self.hyper_names:
+        if self.power_hyper_names:
             var = self._latent_variance(hp, c)
             quad = reduce_sum_float64(x2 / var)
             log_det = tf.reduce_sum(tf.math.log(var), axis=[-3, -2, -1])
@@ -462,7 +527,7 @@ class FieldModel(abc.ABC):
         def target_log_prob_fn(*latents):
             field, hp = self._unpack(latents)
             return (
-                self._log_prior_hypers(hp)
+                self._log_prior_hypers(self._hyper_latents(latents))
                 + self._log_prior_field(field, hp, c)
                 + self._log_likelihood_of_field(field, hp, c, lc)
             )
@@ -482,8 +547,9 @@ class FieldModel(abc.ABC):
         callable
             ``log_likelihood_fn(delta, **hyperparameters) -> tf.Tensor`` float64
             ``[batch]`` for overdensities ``delta`` ``[batch, n0, n1, n2]`` (model dtype)
-            and the sampled hyperparameters as ``[batch]`` tensors (they enter the
-            lognormal-Poisson rate; the Gaussian likelihood ignores them). With every
+            and every sampled scalar as a ``[batch]`` tensor of **physical** values
+            (P(k) hyperparameters enter the lognormal-Poisson rate, forward parameters
+            the prediction; see :meth:`physical_parameters` for the latents' values). With every
             normalisation constant, as in :meth:`target_log_prob_fn`.
         """
         lc = self._likelihood_constants(self._check_data(data))
@@ -515,10 +581,8 @@ class FieldModel(abc.ABC):
 
     # --- TFP model -------------------------------------------------------------------------
     def _hyper_prior_distribution(self, name: str) -> tfd.Distribution:
-        prior = self.hyper_priors[name]
-        return tfd.Normal(
-            tf.constant(prior.loc, self.dtype), tf.constant(prior.scale, self.dtype), name=name
-        )
+        """The prior of sampled scalar ``name``'s latent (unconstrained) coordinate."""
+        return self.hyper_priors[name].latent_distribution(self.dtype, name)
 
     def _field_prior_distribution(self, hp, c) -> tfd.Distribution:
         if self.parametrization == "noncentred":
@@ -527,7 +591,7 @@ class FieldModel(abc.ABC):
                 self.grid.grid_shape,
                 name="field",
             )
-        if self.hyper_names:
+        if self.power_hyper_names:
             var = self._latent_variance(hp, c)
         else:
             var = tf.constant(self._latent_variance_np(), tf.float64)
@@ -551,12 +615,13 @@ class FieldModel(abc.ABC):
         depend on them) take the sample shape; the others inherit it as batch shape.
         """
         c = self._constants()
-        is_field_root = self.parametrization == "noncentred" or not self.hyper_names
+        is_field_root = self.parametrization == "noncentred" or not self.power_hyper_names
 
         def model():
             hp = {}
             for name in self.hyper_names:
-                hp[name] = yield Root(self._hyper_prior_distribution(name))
+                u = yield Root(self._hyper_prior_distribution(name))
+                hp[name] = self._physical(name, u)
             field_dist = self._field_prior_distribution(hp, c)
             field = yield (Root(field_dist) if is_field_root else field_dist)
             delta = self._delta(field, hp, c)
@@ -704,12 +769,18 @@ class FieldModel(abc.ABC):
             seeds = tfp.random.split_seed(draw_seed, len(self.hyper_names) + 1)
             for name, s in zip(self.hyper_names, seeds[:-1], strict=False):
                 values[name] = self._hyper_prior_distribution(name).sample(shape, seed=s)
-            field_dist = self._field_prior_distribution(values, self._constants())
-            field_shape = [] if self.hyper_names and self.parametrization == "centred" else shape
+            hp = {name: self._physical(name, values[name]) for name in self.hyper_names}
+            field_dist = self._field_prior_distribution(hp, self._constants())
+            field_shape = (
+                [] if self.power_hyper_names and self.parametrization == "centred" else shape
+            )
             values["field"] = field_dist.sample(field_shape, seed=seeds[-1])
         else:
             for name in self.hyper_names:
-                values[name] = tf.fill(shape, tf.constant(self.fiducial[name], self.dtype))
+                fiducial = self.fiducial[name]
+                if self.hyper_priors[name].is_bounded:  # the latent of the fiducial value
+                    fiducial = float(self.hyper_priors[name].unconstrained_np(fiducial))
+                values[name] = tf.fill(shape, tf.constant(fiducial, self.dtype))
             if kind == "zeros":
                 values["field"] = tf.zeros([num_chains, *self.grid.grid_shape], self.dtype)
             else:
@@ -761,7 +832,7 @@ class RepinnableTarget:
         field, hp = m._unpack(latents)
         lc = {name: v.read_value() for name, v in self._variables.items()}
         return (
-            m._log_prior_hypers(hp)
+            m._log_prior_hypers(m._hyper_latents(latents))
             + m._log_prior_field(field, hp, self._constants)
             + m._log_likelihood_of_field(field, hp, self._constants, lc)
         )

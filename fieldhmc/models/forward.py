@@ -72,7 +72,7 @@ from fieldhmc.models.field_model import FieldModel
 from fieldhmc.models.grid import Grid
 from fieldhmc.models.likelihoods import Likelihood
 from fieldhmc.models.power import PowerSpectrum
-from fieldhmc.models.priors import NormalPrior
+from fieldhmc.models.priors import NormalPrior, ScalarPrior
 
 __all__ = [
     "ForwardFieldModel",
@@ -155,7 +155,8 @@ def check_forward_fn(
     delta : tf.Tensor
         A test input ``[chains, n0, n1, n2]`` (e.g. a two-chain prior draw).
     params : mapping, optional
-        Keyword arguments.
+        Keyword arguments; tensors among them (sampled parameters, ``[chains]``) are
+        also checked to have a finite gradient that is not ``None``.
     name : str
         How to call the function in messages.
     compile_check : bool
@@ -168,10 +169,12 @@ def check_forward_fn(
     ForwardModelError
         Wrong signature, an exception when called, a result that is not a ``tf.Tensor``
         of ``delta``'s shape and dtype, non-finite values, a gradient with respect to
-        ``delta`` that is ``None``, not finite or identically zero, or a failure to
+        ``delta`` that is ``None``, not finite or identically zero, a gradient with
+        respect to a tensor parameter that is ``None`` or not finite, or a failure to
         compile with XLA.
     """
     params = dict(params or {})
+    sampled = {k: v for k, v in params.items() if isinstance(v, tf.Tensor)}
     try:
         inspect.signature(forward_fn).bind(delta, **params)
     except TypeError as exc:
@@ -183,8 +186,9 @@ def check_forward_fn(
         pass
     delta = tf.convert_to_tensor(delta)
     try:
-        with tf.GradientTape() as tape:
+        with tf.GradientTape(persistent=bool(sampled)) as tape:
             tape.watch(delta)
+            tape.watch(list(sampled.values()))
             out = forward_fn(delta, **params)
             if not isinstance(out, tf.Tensor):
                 raise ForwardModelError(
@@ -205,6 +209,8 @@ def check_forward_fn(
             probe = tf.random.stateless_normal(tf.shape(out), [3, 5], dtype=out.dtype)
             loss = tf.reduce_sum(out * probe)
         grad = tape.gradient(loss, delta)
+        param_grads = {k: tape.gradient(loss, v) for k, v in sampled.items()}
+        del tape
     except ForwardModelError:
         raise
     except LookupError as exc:  # "No gradient defined for operation ..."
@@ -226,6 +232,14 @@ def check_forward_fn(
             f"{name} is not differentiable: its gradient with respect to delta is identically "
             "zero (rounding, floor or comparisons?)"
         )
+    for key, g in param_grads.items():
+        if g is None:
+            raise ForwardModelError(
+                f"{name} does not depend on the sampled parameter {key} (its gradient is None: "
+                "non-TensorFlow code on it, or it is unused)"
+            )
+        if not bool(tf.reduce_all(tf.math.is_finite(g))):
+            raise ForwardModelError(f"{name} has a non-finite gradient with respect to {key}")
     from_modes = getattr(forward_fn, "from_modes", None)
     if from_modes is not None:
         _check_from_modes(from_modes, delta, out, params, name, compile_check)
@@ -314,7 +328,11 @@ class ForwardFieldModel(FieldModel):
         in and out, model dtype, written with TensorFlow ops (differentiable,
         XLA-compatible). ``None``: the identity, :math:`\\mu = \\delta`.
     forward_params : mapping, optional
-        Keyword arguments of ``forward`` (Python values, passed as given).
+        Keyword arguments of ``forward``: Python values are passed as given; a
+        :class:`~fieldhmc.models.priors.ScalarPrior` (``NormalPrior``,
+        ``TruncatedNormalPrior``, ``UniformPrior``) makes the parameter sampled, a latent
+        after the P(k) hyperparameters (in this mapping's order), passed as a tensor
+        ``[chains]`` of the model dtype (physical values).
     check_forward : bool, optional
         Run :func:`check_forward_fn` on a two-chain prior draw. Default: True unless
         ``forward`` is ``None`` or a built-in forward model of :mod:`fieldhmc.models`.
@@ -342,8 +360,17 @@ class ForwardFieldModel(FieldModel):
         hyper_priors: Mapping[str, NormalPrior | tuple[float, float]] | None = None,
         dtype: tf.DType = tf.float32,
     ):
+        forward_params = dict(forward_params or {})
+        param_priors = {k: v for k, v in forward_params.items() if isinstance(v, ScalarPrior)}
+        if param_priors and forward is None:
+            raise ValueError("sampled forward parameters need a forward model")
         super().__init__(
-            grid, power, parametrization=parametrization, hyper_priors=hyper_priors, dtype=dtype
+            grid,
+            power,
+            parametrization=parametrization,
+            hyper_priors=hyper_priors,
+            param_priors=param_priors,
+            dtype=dtype,
         )
         if not isinstance(likelihood, Likelihood):
             raise ValueError(
@@ -358,13 +385,19 @@ class ForwardFieldModel(FieldModel):
             raise ValueError(f"forward must be callable, got {type(forward).__name__}")
         self.likelihood = likelihood
         self.forward = forward
-        self.forward_params = dict(forward_params or {})
+        #: the fixed keyword arguments of ``forward`` (the sampled ones are ``param_names``)
+        self.forward_params = {k: v for k, v in forward_params.items() if k not in param_priors}
         self._from_modes = None if forward is None else getattr(forward, "from_modes", None)
         if self._from_modes is not None and not callable(self._from_modes):
             raise ValueError(
                 f"forward.from_modes must be callable, got {type(self._from_modes).__name__}"
             )
         gain = 1.0 if forward is None else getattr(forward, "linear_gain", 1.0)
+        gain_fn = getattr(forward, "linear_gain_fn", None)
+        if self.param_names and gain_fn is not None:  # at the sampled parameters' fiducials
+            fiducial = {n: tf.constant(self.fiducial[n], tf.float64) for n in self.param_names}
+            gain = gain_fn(**self.forward_params, **fiducial).numpy()
+            gain = gain.reshape(gain.shape[-3:]) if gain.ndim >= 3 else gain.reshape(())
         gain = np.asarray(gain, dtype=np.float64)
         if gain.ndim != 0 and gain.shape != grid.modes_shape:
             raise ValueError(
@@ -384,11 +417,37 @@ class ForwardFieldModel(FieldModel):
     def check_forward(self, num_chains: int = 2, seed=(8, 1)) -> None:
         """Run :func:`check_forward_fn` on a ``num_chains`` prior draw of :math:`\\delta`."""
         latents = self.init_latents("prior", num_chains, seed=list(seed))
+        _, hp = self._unpack(latents)  # sampled parameters: prior draws, physical values
         delta = self.field_from_latents(*latents)
         name = getattr(self.forward, "__qualname__", type(self.forward).__name__)
-        check_forward_fn(self.forward, delta, self.forward_params, name=f"forward {name}")
+        params = self._forward_params(hp, tf.shape(delta)[:-3])
+        check_forward_fn(self.forward, delta, params, name=f"forward {name}")
 
-    def predict(self, delta) -> tf.Tensor:
+    def _forward_params(self, hp, batch_shape=None) -> dict:
+        """The keyword arguments of ``forward``: the fixed ``forward_params`` and the
+        sampled parameters' physical values from ``hp`` as model-dtype tensors.
+
+        Parameters
+        ----------
+        hp : mapping
+            ``{name: tensor}`` physical values (``[*batch]`` or scalars); sampled
+            parameters missing from it take their fiducial values.
+        batch_shape : 1-D int tensor, optional
+            If given, the sampled values are broadcast to it and flattened to
+            ``[prod(batch_shape)]`` (the one chain axis the forward function sees).
+        """
+        params = dict(self.forward_params)
+        for name in self.param_names:
+            value = hp.get(name) if hp is not None else None
+            if value is None:
+                value = self.fiducial[name]
+            value = tf.cast(value, self.dtype)
+            if batch_shape is not None:
+                value = tf.reshape(tf.broadcast_to(value, batch_shape), [-1])
+            params[name] = value
+        return params
+
+    def predict(self, delta, hp=None) -> tf.Tensor:
         """The prediction :math:`\\mu = F(\\delta)` on the data grid.
 
         Parameters
@@ -396,6 +455,9 @@ class ForwardFieldModel(FieldModel):
         delta : tf.Tensor
             ``[..., n0, n1, n2]`` in the model dtype; the leading axes are flattened
             into one chain axis for the forward function and restored after.
+        hp : mapping, optional
+            Physical values of sampled forward parameters, ``{name: [...]}`` (batch
+            broadcastable to ``delta``'s leading axes); default their fiducial values.
 
         Returns
         -------
@@ -408,16 +470,16 @@ class ForwardFieldModel(FieldModel):
         shape = tf.shape(delta)
         flat = tf.reshape(delta, tf.concat([[-1], shape[-3:]], 0))
         flat = tf.ensure_shape(flat, [None, *self.grid.grid_shape])
-        out = self.forward(flat, **self.forward_params)
+        out = self.forward(flat, **self._forward_params(hp, shape[:-3]))
         return tf.reshape(out, shape)
 
-    def _predict_from_modes(self, modes) -> tf.Tensor:
+    def _predict_from_modes(self, modes, hp=None) -> tf.Tensor:
         """:meth:`predict` from ``modes = rfft3d(delta)`` ``[..., n0, n1, n2 // 2 + 1]``
         through the forward model's ``from_modes``."""
         shape = tf.shape(modes)
         flat = tf.reshape(modes, tf.concat([[-1], shape[-3:]], 0))
         flat = tf.ensure_shape(flat, [None, *self.grid.modes_shape])
-        out = self._from_modes(flat, **self.forward_params)
+        out = self._from_modes(flat, **self._forward_params(hp, shape[:-3]))
         return tf.reshape(out, tf.concat([shape[:-3], self.grid.grid_shape], 0))
 
     @property
@@ -444,18 +506,20 @@ class ForwardFieldModel(FieldModel):
         return self.likelihood.constants(data, self.dtype)
 
     def _log_likelihood(self, delta, hp, c, lc) -> tf.Tensor:
-        return self.likelihood.log_prob(self.predict(delta), lc, self._sigma2_for_likelihood(hp, c))
+        mu = self.predict(delta, hp)
+        return self.likelihood.log_prob(mu, lc, self._sigma2_for_likelihood(hp, c))
 
     def _log_likelihood_of_field(self, field, hp, c, lc) -> tf.Tensor:
         if self._from_modes is None:
             return super()._log_likelihood_of_field(field, hp, c, lc)
         # rfft3d(delta) straight from the prior: no irfft3d -> rfft3d round trip
         modes = self._modes(field, hp, c, factor=math.sqrt(self.grid.num_cells))
-        mu = self._predict_from_modes(modes)
+        mu = self._predict_from_modes(modes, hp)
         return self.likelihood.log_prob(mu, lc, self._sigma2_for_likelihood(hp, c))
 
     def _data_distribution(self, delta, hp, c):
-        return self.likelihood.distribution(self.predict(delta), self._sigma2_for_likelihood(hp, c))
+        mu = self.predict(delta, hp)
+        return self.likelihood.distribution(mu, self._sigma2_for_likelihood(hp, c))
 
     @property
     def noise_precision_mean(self) -> float:

@@ -14,6 +14,16 @@ periodic cloud-in-cell (:func:`~fieldhmc.models.cic.cic_paint`) and the evolved
 overdensity is :math:`\\delta_e = \\rho / \\bar\\rho - 1` (:math:`\\bar\\rho = 1`
 particle per cell), optionally smoothed with a Gaussian of radius :math:`R`,
 :math:`\\delta_e(\\mathbf k) \\to e^{-k^2 R^2/2}\\, \\delta_e(\\mathbf k)`.
+The prediction is the tracer overdensity with a linear Eulerian bias :math:`b`
+(``bias``, default 1): :math:`\\mu = b\\, \\delta_e`.
+
+**Sampled growth and bias.** ``forward(delta, growth=D, bias=b)`` (and
+``from_modes``) take :math:`D` and :math:`b` per chain as tensors ``[chains]`` (the
+fixed constructor values are the default), so a
+:class:`~fieldhmc.models.ForwardFieldModel` can sample them. At linear order the
+prediction is :math:`b D\\, \\delta`: the data constrain the product :math:`bD`;
+only the Zel'dovich (second and higher order in :math:`D\\delta`) terms tell them
+apart, weakly unless the field is nonlinear.
 
 The derivative :math:`i k_a` of an even-sized axis is set to 0 on its Nyquist
 frequency (the mode is its own Hermitian partner there, so an odd operator would
@@ -26,9 +36,9 @@ the ``posterior`` preconditioner) is
 
 .. math::
 
-    g_k = D\\, e^{-k^2R^2/2}\\, \\frac{1}{k^2} \\sum_a k_a \\frac{\\sin(k_a h_a)}{h_a},
+    g_k = b\\, D\\, e^{-k^2R^2/2}\\, \\frac{1}{k^2} \\sum_a k_a \\frac{\\sin(k_a h_a)}{h_a},
 
-:math:`\\to D` at low :math:`k` and 0 on the Nyquist planes (:math:`h_a` the cell size).
+:math:`\\to bD` at low :math:`k` and 0 on the Nyquist planes (:math:`h_a` the cell size).
 
 Cost per value and gradient: from :math:`\\delta`, 1 rfft3d + 3 irfft3d forward
 (the three components are one batched transform) and 3 rfft3d + 1 irfft3d backward
@@ -73,6 +83,9 @@ class ZeldovichForward:
     smoothing : float, optional
         Gaussian smoothing radius :math:`R` in Mpc/h of the evolved density; ``None`` or
         0: none.
+    bias : float
+        Linear Eulerian bias :math:`b` of the prediction :math:`b\\,\\delta_e`
+        (dimensionless, default 1).
 
     Notes
     -----
@@ -87,48 +100,80 @@ class ZeldovichForward:
     time there).
     """
 
-    def __init__(self, grid: Grid, growth: float = 1.0, smoothing: float | None = None):
+    def __init__(
+        self,
+        grid: Grid,
+        growth: float = 1.0,
+        smoothing: float | None = None,
+        bias: float = 1.0,
+    ):
         if not isinstance(grid, Grid):
             raise ValueError(f"grid must be a fieldhmc.models.Grid, got {type(grid).__name__}")
         growth = float(growth)
         if not math.isfinite(growth):
             raise ValueError(f"growth must be finite, got {growth}")
+        bias = float(bias)
+        if not math.isfinite(bias):
+            raise ValueError(f"bias must be finite, got {bias}")
         smoothing = 0.0 if smoothing is None else float(smoothing)
         if not (math.isfinite(smoothing) and smoothing >= 0):
             raise ValueError(f"smoothing must be >= 0 and finite (Mpc/h), got {smoothing}")
         self.grid = grid
         self.growth = growth
+        self.bias = bias
         self.smoothing = smoothing
         self._cell = tuple(ell / n for ell, n in zip(grid.box_size, grid.grid_shape, strict=True))
         k = [np.asarray(ka, np.float64).reshape(-1) for ka in grid.kvec()]
         # derivative wavenumbers: 0 on the Nyquist frequency of even axes (-Nyquist of
         # fftfreq or the last rfft bin), in cell units and times D
-        slopes = []
+        unit_slopes = []
         for ka, n, h in zip(k, grid.grid_shape, self._cell, strict=True):
             kd = ka.copy()
             if n % 2 == 0:
                 kd[n // 2] = 0.0
-            slopes.append(growth * kd / h)
+            unit_slopes.append(kd / h)
+        slopes = [growth * sa for sa in unit_slopes]
         with tf.init_scope():  # eager tensors even if built inside a tf.function
+            # [k^2 per axis, D k_a / h_a, k_a / h_a (growth given per call)]
             self._waves = {
                 dtype: (
                     tuple(tf.constant(ka**2, dtype) for ka in k),
                     tuple(tf.constant(sa, dtype) for sa in slopes),
+                    tuple(tf.constant(sa, dtype) for sa in unit_slopes),
                 )
                 for dtype in (tf.float32, tf.float64)
             }
-        self.linear_gain = self._linear_gain()
+        self._unit_gain = self._unbiased_gain(1.0)
+        self.linear_gain = self.bias * self._unbiased_gain(self.growth)
 
-    def _linear_gain(self) -> np.ndarray:
+    def _unbiased_gain(self, growth: float) -> np.ndarray:
+        """float64 ``[n0, n1, n2 // 2 + 1]``: the linear response at bias 1."""
         k = self.grid.kvec()
         k2 = sum(ka**2 for ka in k)
         centred = sum(ka * np.sin(ka * h) / h for ka, h in zip(k, self._cell, strict=True))
-        gain = self.growth * np.where(k2 > 0, centred / np.where(k2 > 0, k2, 1.0), 0.0)
+        gain = growth * np.where(k2 > 0, centred / np.where(k2 > 0, k2, 1.0), 0.0)
         return gain * np.exp(-0.5 * self.smoothing**2 * k2)
+
+    def linear_gain_fn(self, growth=None, bias=None, **_) -> tf.Tensor:
+        """The linear response :math:`g_k` (``linear_gain``) at per-chain ``growth`` and
+        ``bias`` (``[batch]`` tensors or floats; ``None``: the fixed values).
+
+        Returns
+        -------
+        tf.Tensor
+            float64 ``[*batch, n0, n1, n2 // 2 + 1]`` (``[n0, n1, n2 // 2 + 1]`` without
+            per-chain values): :math:`b D` times the fixed shape of ``linear_gain``.
+        """
+        factor = tf.ones([], tf.float64)
+        for value, fixed in ((growth, self.growth), (bias, self.bias)):
+            factor = factor * tf.cast(fixed if value is None else value, tf.float64)
+        factor = tf.reshape(factor, tf.concat([tf.shape(factor), [1, 1, 1]], 0))
+        return factor * tf.constant(self._unit_gain, tf.float64)
 
     def __repr__(self) -> str:
         return (
-            f"ZeldovichForward(grid={self.grid}, growth={self.growth}, smoothing={self.smoothing})"
+            f"ZeldovichForward(grid={self.grid}, growth={self.growth}, bias={self.bias}, "
+            f"smoothing={self.smoothing})"
         )
 
     def _k2(self, dtype) -> tf.Tensor:
@@ -136,12 +181,13 @@ class ZeldovichForward:
         s0, s1, s2 = self._waves[dtype][0]
         return s0[:, None, None] + s1[None, :, None] + s2[None, None, :]
 
-    def _multipliers(self, dtype) -> tf.Tensor:
+    def _multipliers(self, dtype, unit: bool = False) -> tf.Tensor:
         """:math:`S_a = D k_a / (k^2 h_a)`, real ``[3, n0, n1, n2 // 2 + 1]``, so that
-        :math:`\\Psi_a(\\mathbf k) = i S_a \\delta(\\mathbf k)` in cells."""
+        :math:`\\Psi_a(\\mathbf k) = i S_a \\delta(\\mathbf k)` in cells (``unit``:
+        without the factor :math:`D`)."""
         k2 = self._k2(dtype)
         inv_k2 = tf.where(k2 > 0, 1.0 / tf.where(k2 > 0, k2, tf.ones([], dtype)), 0.0)
-        g0, g1, g2 = self._waves[dtype][1]
+        g0, g1, g2 = self._waves[dtype][2 if unit else 1]
         return tf.stack(
             [
                 g0[:, None, None] * inv_k2,
@@ -151,7 +197,7 @@ class ZeldovichForward:
             axis=0,
         )
 
-    def displacement(self, delta: tf.Tensor) -> tf.Tensor:
+    def displacement(self, delta: tf.Tensor, growth=None) -> tf.Tensor:
         """The 1LPT displacement :math:`D\\,\\Psi` in **cell units**.
 
         .. math:: \\Psi_a = \\mathrm{irfft}\\bigl(i S_a\\, \\mathrm{rfft}(\\delta)\\bigr),
@@ -168,6 +214,8 @@ class ZeldovichForward:
         ----------
         delta : tf.Tensor
             ``[chains, n0, n1, n2]``.
+        growth : tf.Tensor, optional
+            :math:`D` per chain, ``[chains]`` (default: the fixed ``growth``).
 
         Returns
         -------
@@ -176,7 +224,7 @@ class ZeldovichForward:
         """
         delta = tf.convert_to_tensor(delta)
         shape = self.grid.grid_shape
-        mult = self._multipliers(delta.dtype)
+        mult = self._multipliers(delta.dtype, unit=growth is not None)
 
         @tf.custom_gradient
         def psi(d):
@@ -192,9 +240,17 @@ class ZeldovichForward:
 
             return disp, grad
 
-        return psi(delta)
+        return self._times_growth(psi(delta), growth)
 
-    def displacement_from_modes(self, modes: tf.Tensor) -> tf.Tensor:
+    @staticmethod
+    def _times_growth(disp: tf.Tensor, growth) -> tf.Tensor:
+        """``disp`` ``[chains, 3, n0, n1, n2]`` times a per-chain ``growth`` (if given)."""
+        if growth is None:
+            return disp
+        growth = tf.cast(growth, disp.dtype)
+        return disp * tf.reshape(growth, [-1, 1, 1, 1, 1])
+
+    def displacement_from_modes(self, modes: tf.Tensor, growth=None) -> tf.Tensor:
         """:meth:`displacement` from ``modes = tf.signal.rfft3d(delta)``.
 
         .. math:: \\Psi_a = \\mathrm{irfft}\\bigl(i S_a\\, \\delta_k\\bigr), \\qquad
@@ -209,6 +265,8 @@ class ZeldovichForward:
         modes : tf.Tensor
             complex64/complex128 ``[chains, n0, n1, n2 // 2 + 1]``, Hermitian on the
             self-paired planes (as any ``rfft3d`` of a real field).
+        growth : tf.Tensor, optional
+            :math:`D` per chain, ``[chains]`` (default: the fixed ``growth``).
 
         Returns
         -------
@@ -218,7 +276,7 @@ class ZeldovichForward:
         modes = tf.convert_to_tensor(modes)
         shape = self.grid.grid_shape
         dtype = modes.dtype.real_dtype
-        mult = self._multipliers(dtype)
+        mult = self._multipliers(dtype, unit=growth is not None)
         n2 = shape[2]
         weight = np.full(n2 // 2 + 1, 2.0 / math.prod(shape))
         weight[0] /= 2.0
@@ -240,13 +298,13 @@ class ZeldovichForward:
 
             return disp, grad
 
-        return psi(modes)
+        return self._times_growth(psi(modes), growth)
 
-    def from_modes(self, modes) -> tf.Tensor:
-        """Evolved overdensity from ``modes = tf.signal.rfft3d(delta)``: ``self(delta)``
-        without the rfft3d (``[chains, n0, n1, n2 // 2 + 1]`` complex in,
-        ``[chains, n0, n1, n2]`` real out)."""
-        return self._evolve(self.displacement_from_modes(modes))
+    def from_modes(self, modes, growth=None, bias=None) -> tf.Tensor:
+        """Biased evolved overdensity from ``modes = tf.signal.rfft3d(delta)``:
+        ``self(delta, growth, bias)`` without the rfft3d (``[chains, n0, n1, n2 // 2 + 1]``
+        complex in, ``[chains, n0, n1, n2]`` real out)."""
+        return self._evolve(self.displacement_from_modes(modes, growth), bias)
 
     def _smooth(self, field: tf.Tensor) -> tf.Tensor:
         """:math:`e^{-k^2R^2/2}` applied to ``[chains, n0, n1, n2]``; self-adjoint, so its
@@ -265,8 +323,9 @@ class ZeldovichForward:
 
         return smooth(field)
 
-    def _evolve(self, disp: tf.Tensor) -> tf.Tensor:
-        """Paint the lattice displaced by ``disp`` ``[B, 3, n0, n1, n2]``, minus 1, smoothed."""
+    def _evolve(self, disp: tf.Tensor, bias=None) -> tf.Tensor:
+        """Paint the lattice displaced by ``disp`` ``[B, 3, n0, n1, n2]``, minus 1, smoothed,
+        times the bias (``[B]``, or the fixed one)."""
         dtype = disp.dtype
         n0, n1, n2 = self.grid.grid_shape
         batch = tf.shape(disp)[0]
@@ -279,8 +338,14 @@ class ZeldovichForward:
         evolved = _paint(components, None, (n0, n1, n2)) - 1.0
         if self.smoothing > 0:
             evolved = self._smooth(evolved)
+        if bias is not None:
+            return evolved * tf.reshape(tf.cast(bias, dtype), [-1, 1, 1, 1])
+        if self.bias != 1.0:
+            return evolved * tf.constant(self.bias, dtype)
         return evolved
 
-    def __call__(self, delta) -> tf.Tensor:
-        """Evolved overdensity :math:`\\delta_e` ``[chains, n0, n1, n2]`` (dtype of ``delta``)."""
-        return self._evolve(self.displacement(tf.convert_to_tensor(delta)))
+    def __call__(self, delta, growth=None, bias=None) -> tf.Tensor:
+        """Biased evolved overdensity :math:`b\\,\\delta_e` ``[chains, n0, n1, n2]`` (dtype
+        of ``delta``); ``growth`` and ``bias`` per chain (``[chains]`` tensors) or ``None``
+        for the fixed values."""
+        return self._evolve(self.displacement(tf.convert_to_tensor(delta), growth), bias)

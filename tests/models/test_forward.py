@@ -294,7 +294,7 @@ def test_forward_config_validation(tmp_path):
     assert (za.growth, za.smoothing, za.target, za.params) == (0.8, 4.0, None, None)
     py = load({"kind": "python", "target": "a.b:c"}).model.forward
     assert (py.params, py.growth, py.smoothing) == ({}, None, None)
-    (tmp_path / "f.py").write_text("def f(delta):\n    return delta\n")
+    (tmp_path / "f.py").write_text("def f(delta, a=None, b=None):\n    return delta\n")
     config = load({"kind": "python", "target": "f.py:f", "params": {"a": [1, 2.5], "b": "x"}})
     assert config.model.forward.target == f"{tmp_path / 'f.py'}:f"
     assert config_from_dict(config.to_dict(), "/") == config
@@ -314,7 +314,17 @@ def test_forward_config_validation(tmp_path):
         "params.x: must be a number, string, bool or a list": {
             "kind": "python",
             "target": "a:b",
-            "params": {"x": {"y": 1}},
+            "params": {"x": [{"y": 1}]},
+        },
+        "params.x.y: unknown key (allowed: sample, prior)": {
+            "kind": "python",
+            "target": "a:b",
+            "params": {"x": {"y": 1, "prior": {"kind": "normal", "loc": 0.0, "scale": 1.0}}},
+        },
+        "params.x.prior: required key is missing": {
+            "kind": "python",
+            "target": "a:b",
+            "params": {"x": {"sample": True}},
         },
         "target: file not found": {"kind": "python", "target": "absent.py:f"},
         "kind: must be 'python' or 'zeldovich' (got 'lpt2')": {"kind": "lpt2"},
@@ -323,5 +333,8 @@ def test_forward_config_validation(tmp_path):
         with pytest.raises(ConfigError, match=re.escape(match.split(": ", 1)[1][:30])) as info:
             load(forward)
         assert f"model.forward.{match.split(':')[0]}" in str(info.value), str(info.value)
+    # a parameter the function does not accept: found from its source, before TensorFlow
+    with pytest.raises(ConfigError, match=r"params.zz: f\(delta, a, b\) does not accept"):
+        load({"kind": "python", "target": "f.py:f", "params": {"zz": 1}})
     with pytest.raises(ConfigError, match="sampler.init: wiener needs the identity forward"):
         load({"kind": "zeldovich"}, sampler={"init": "wiener"})

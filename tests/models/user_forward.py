@@ -19,6 +19,7 @@ def biased_tracer(delta, bias=1.5, smoothing_cells=1.0):
     kernel = np.exp(-0.5 * smoothing_cells**2 * (k0**2 + k1**2 + k2**2))
     modes = ops.rfft3d(delta)
     modes = modes * tf.cast(tf.constant(kernel, delta.dtype), modes.dtype)
+    bias = tf.reshape(tf.cast(bias, delta.dtype), [-1, 1, 1, 1])  # a number, or [chains]
     return bias * ops.irfft3d(modes, fft_length=(n0, n1, n2))
 
 
@@ -41,6 +42,7 @@ def _biased_tracer_from_modes(modes, bias=1.5, smoothing_cells=1.0):
     shape = (n0, n1, 2 * (m - 1))  # even n2 in these tests
     kernel = _kernel(shape, smoothing_cells)
     modes = modes * tf.cast(tf.constant(kernel, modes.dtype.real_dtype), modes.dtype)
+    bias = tf.reshape(tf.cast(bias, modes.dtype.real_dtype), [-1, 1, 1, 1])
     return bias * ops.irfft3d(modes, fft_length=shape)
 
 
@@ -93,3 +95,20 @@ NOT_A_FUNCTION = 3.0
 def eager_only(delta):
     """Differentiable eagerly, but ``.numpy()`` fails in a compiled graph."""
     return delta * float(delta.numpy().std())
+
+
+def ignores_its_bias(delta, bias=1.0):
+    """Accepts ``bias`` but does not use it: sampling it must be refused."""
+    return 2.0 * delta
+
+
+def records_its_params(delta, bias=1.0, offset=0.0):
+    """``bias * delta + offset``; appends the ``(bias, offset)`` it was called with to
+    ``CALLS`` (eagerly: what a user's function receives)."""
+    CALLS.append((bias, offset))
+    if isinstance(bias, tf.Tensor):
+        bias = tf.reshape(bias, [-1, 1, 1, 1])
+    return bias * delta + offset
+
+
+CALLS: list = []
