@@ -8,6 +8,7 @@ here parses arguments or prints tables beyond the diagnostics report.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import logging
@@ -344,6 +345,10 @@ def build_sampler(config: cfg.Config, model, target_log_prob_fn, data, num_resul
     from fieldhmc.samplers import Sampler
 
     field_outputs, _, _ = _field_outputs(config, model)
+    # the target maps latents to fields given its (re-pinnable) data: the 'conditional'
+    # parametrisation's latent is measured from a data-dependent mean
+    field_fn = getattr(target_log_prob_fn, "field_from_latents", model.field_from_latents)
+    field_outputs = dataclasses.replace(field_outputs, field_fn=field_fn)
     return Sampler(
         target_log_prob_fn,
         _settings(config, num_results),
