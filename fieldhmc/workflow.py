@@ -269,8 +269,15 @@ def _scales(config: cfg.Config, model, data) -> list[np.ndarray]:
     kind = config.sampler.preconditioner
     dtype = np.dtype(config.precision)
     scales = []
+    # conditional parametrisations: the field latent is whitened at every theta, so the
+    # posterior metric's hyperparameter scales are their approximate posterior widths
+    posterior_hyper = (
+        model.hyper_posterior_scales() if kind == "posterior" and model.is_conditional else {}
+    )
     for name in model.latent_names:
-        if name != "field":
+        if name in posterior_hyper:
+            scales.append(np.asarray(posterior_hyper[name], dtype))
+        elif name != "field":
             prior = getattr(config.model.hyperparameters, name)
             scales.append(np.asarray(1.0 if kind == "identity" else prior.prior_scale, dtype))
         elif kind == "identity":

@@ -768,14 +768,18 @@ class FieldModel(abc.ABC):
         out["delta"] = self.field_from_latents(*(out[n] for n in self.latent_names))
         return out
 
+    def _noncentred_twin(self) -> FieldModel:
+        """This model written non-centred (the same generative model, a data-free latent)."""
+        twin = copy.copy(self)
+        twin.parametrization = "noncentred"
+        twin.__dict__.pop("_field_only_constants", None)
+        return twin
+
     def _sample_conditional(self, seed, sample_shape) -> dict[str, tf.Tensor]:
         """:meth:`sample` of a ``conditional`` model: the draw of the same model written
         non-centred, its ``"field"`` latent mapped to this parametrisation's (given each
         draw's data and hyperparameters)."""
-        twin = copy.copy(self)
-        twin.parametrization = "noncentred"
-        twin.__dict__.pop("_field_only_constants", None)
-        out = twin.sample(seed, sample_shape)
+        out = self._noncentred_twin().sample(seed, sample_shape)
         hp = {n: out[n] for n in self.hyper_names}
         if self.parametrization == "conditional":
             data = np.asarray(out["data"], np.float64)
@@ -843,6 +847,45 @@ class FieldModel(abc.ABC):
         if self.parametrization == "noncentred":
             return 1.0 + s_real * w
         return np.where(self._is_mean_coordinate, 1.0, 1.0 / self._latent_variance_np() + w)
+
+    def hyper_posterior_scales(self) -> dict[str, float]:
+        """Approximate posterior standard deviations of the power-spectrum hyperparameters.
+
+        The Fisher information of :math:`\\theta = (\\ln A, n)` about the data's modes
+        under the Fourier-diagonal linear surrogate of the likelihood (per real
+        coordinate a Gaussian of variance :math:`s_k R_k^2 + 1/\\bar W`), at the fiducial
+        values, plus the prior precision:
+
+        .. math::
+
+            F_{ab} = \\frac12 \\sum_k h_k \\Bigl(\\frac{q_k}{1 + q_k}\\Bigr)^2
+            \\partial_a \\ln s_k\\, \\partial_b \\ln s_k + \\frac{\\delta_{ab}}{\\sigma_a^2},
+            \\qquad q_k = s_k R_k^2 \\bar W,
+
+        with :math:`\\partial \\ln s_k / \\partial \\ln A = 1` and
+        :math:`\\partial \\ln s_k / \\partial n = \\ln(k / k_p)`. Returns the marginal
+        standard deviations :math:`\\sqrt{(F^{-1})_{aa}}` of the sampled ones among
+        them (a diagonal metric for the ``conditional`` parametrisations, whose field
+        latent has unit posterior scale at every :math:`\\theta`).
+
+        Returns
+        -------
+        dict
+            ``{name: sd}`` for the sampled ``log_amplitude`` / ``index``.
+        """
+        names = [n for n in ("log_amplitude", "index") if n in self.hyper_names]
+        if not names:
+            return {}
+        s = self.signal_variance_np()
+        gain = np.asarray(getattr(self, "linear_gain", 1.0), np.float64)
+        q = s * gain**2 * self._surrogate_noise_precision()
+        log_k_ratio, _ = self._power_terms_np()
+        deriv = {"log_amplitude": self._is_pos.astype(np.float64), "index": log_k_ratio}
+        weight = 0.5 * self.grid.hermitian_weights() * (q / (1.0 + q)) ** 2
+        fisher = np.array([[np.sum(weight * deriv[a] * deriv[b]) for b in names] for a in names])
+        fisher += np.diag([1.0 / self.hyper_priors[n].scale ** 2 for n in names])
+        sd = np.sqrt(np.diag(np.linalg.inv(fisher)))
+        return dict(zip(names, (float(v) for v in sd), strict=True))
 
     # --- initial states -----------------------------------------------------------------
     def wiener_latent(self, data, tol: float = 1e-8) -> np.ndarray:

@@ -383,8 +383,9 @@ class ForwardFieldModel(FieldModel):
     # --- the forward model --------------------------------------------------------------
     def check_forward(self, num_chains: int = 2, seed=(8, 1)) -> None:
         """Run :func:`check_forward_fn` on a ``num_chains`` prior draw of :math:`\\delta`."""
-        latents = self.init_latents("prior", num_chains, seed=list(seed))
-        delta = self.field_from_latents(*latents)
+        prior = self._noncentred_twin() if self.is_conditional else self  # a data-free latent
+        latents = prior.init_latents("prior", num_chains, seed=list(seed))
+        delta = prior.field_from_latents(*latents)
         name = getattr(self.forward, "__qualname__", type(self.forward).__name__)
         check_forward_fn(self.forward, delta, self.forward_params, name=f"forward {name}")
 
