@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--fixed", action="store_true", help="also fixed hyperparameters")
     parser.add_argument("--fixed-parametrisation", default="noncentred")
+    parser.add_argument("--no-sampled", action="store_true", help="only the fixed rows")
     parser.add_argument(
         "--preconditioner", default=None, help="override sampler.preconditioner (all rows)"
     )
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
     print_header()
     rows: dict = {}
     ref_vars: dict = {}
-    cases = [(p, "sample") for p in args.parametrisations]
+    cases = [] if args.no_sampled else [(p, "sample") for p in args.parametrisations]
     if args.fixed:  # the baseline: non-centred, the same metric (the conditional latent
         # with theta fixed is a translate of the posterior-whitened non-centred one)
         cases.append((args.fixed_parametrisation, "fixed"))
