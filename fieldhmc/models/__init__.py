@@ -24,9 +24,11 @@ Layout (one concept per module):
 
 from fieldhmc.models.cic import cic_paint, cic_readout
 from fieldhmc.models.field_model import (
+    CONDITIONAL_PARAMETRIZATIONS,
     INIT_KINDS,
     PARAMETRIZATIONS,
     FieldModel,
+    PinnedTarget,
     RepinnableTarget,
 )
 from fieldhmc.models.forward import (
@@ -75,7 +77,9 @@ __all__ = [
     "HYPERPARAMETER_NAMES",
     "INIT_KINDS",
     "MASK_KINDS",
+    "CONDITIONAL_PARAMETRIZATIONS",
     "PARAMETRIZATIONS",
+    "PinnedTarget",
     "CGResult",
     "DensePosterior",
     "FieldModel",

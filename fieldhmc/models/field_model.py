@@ -95,9 +95,17 @@ from fieldhmc.seeds import as_stateless
 tfd = tfp.distributions
 Root = tfd.JointDistributionCoroutine.Root
 
-__all__ = ["INIT_KINDS", "PARAMETRIZATIONS", "FieldModel", "PinnedTarget", "RepinnableTarget"]
+__all__ = [
+    "CONDITIONAL_PARAMETRIZATIONS",
+    "INIT_KINDS",
+    "PARAMETRIZATIONS",
+    "FieldModel",
+    "PinnedTarget",
+    "RepinnableTarget",
+]
 
-PARAMETRIZATIONS: tuple[str, ...] = ("noncentred", "centred", "conditional", "conditional_scale")
+#: Parametrisations of the prior alone (the latent has a data-free prior).
+PARAMETRIZATIONS: tuple[str, ...] = ("noncentred", "centred")
 #: Parametrisations whose latent is white a posteriori under a linear surrogate.
 CONDITIONAL_PARAMETRIZATIONS: tuple[str, ...] = ("conditional", "conditional_scale")
 INIT_KINDS: tuple[str, ...] = ("prior", "zeros", "wiener")
@@ -160,10 +168,9 @@ class FieldModel(abc.ABC):
             raise ValueError(
                 f"power must be a fieldhmc.models.PowerSpectrum, got {type(power).__name__}"
             )
-        if parametrization not in PARAMETRIZATIONS:
-            raise ValueError(
-                f"parametrization must be one of {PARAMETRIZATIONS}, got {parametrization!r}"
-            )
+        known = (*PARAMETRIZATIONS, *CONDITIONAL_PARAMETRIZATIONS)
+        if parametrization not in known:
+            raise ValueError(f"parametrization must be one of {known}, got {parametrization!r}")
         dtype = tf.as_dtype(dtype)
         if dtype not in (tf.float32, tf.float64):
             raise ValueError(f"dtype must be float32 or float64, got {dtype.name}")
