@@ -26,13 +26,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from microcanonical import Problem, run_kind  # noqa: E402
+from microcanonical import Problem, add_run_arguments, run_kind  # noqa: E402
 
 from fieldhmc import config as cfg  # noqa: E402
 from fieldhmc import workflow  # noqa: E402
@@ -115,18 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--preconditioner", default=None, help="override sampler.preconditioner (all rows)"
     )
     parser.add_argument("--chains", type=int, default=4)
-    parser.add_argument("--burnin", type=int, default=150, help="fieldnuts / hmc / chees")
-    parser.add_argument("--results", type=int, default=200)
-    parser.add_argument("--burnin-mclmc", type=int, default=600)
-    parser.add_argument("--results-mclmc", type=int, default=800)
-    parser.add_argument("--thin-mclmc", type=int, default=2)
-    parser.add_argument("--burnin-mams", type=int, default=400)
-    parser.add_argument("--results-mams", type=int, default=400)
-    parser.add_argument("--thin-mams", type=int, default=1)
-    parser.add_argument("--desired-energy-var", type=float, default=5e-4, help="mclmc")
-    parser.add_argument("--leapfrog", type=int, default=32, help="hmc: jittered in [1, L]")
-    parser.add_argument("--max-depth", type=int, default=8, help="fieldnuts")
-    parser.add_argument("--chunk-size", type=int, default=100)
+    add_run_arguments(parser)
     args = parser.parse_args(argv)
     print(
         f"{Path(args.config).name} at {args.grid}³, {args.chains} chains, its precision, XLA; "
@@ -151,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
             ]
         problem, model = config_problem(args.config, args.grid, args.chains, overrides)
         for kind in args.kinds:
-            r = run_kind(problem, kind, SimpleNamespace(**vars(args)))
+            r = run_kind(problem, kind, args)
             r, var = analyse(r, model, ref_vars.get(hyper))
             ref_vars.setdefault(hyper, var)
             rows[(par, hyper, kind)] = r
