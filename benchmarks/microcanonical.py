@@ -286,6 +286,22 @@ def _print_row(kind: str, r: dict) -> None:
     )
 
 
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Warm-up, draws, thinning and kernel settings per kind, as :func:`run_kind` reads them."""
+    parser.add_argument("--burnin", type=int, default=150, help="fieldnuts / hmc warm-up")
+    parser.add_argument("--results", type=int, default=200, help="fieldnuts / hmc draws")
+    parser.add_argument("--burnin-mclmc", type=int, default=600)
+    parser.add_argument("--results-mclmc", type=int, default=800)
+    parser.add_argument("--thin-mclmc", type=int, default=2)
+    parser.add_argument("--burnin-mams", type=int, default=400)
+    parser.add_argument("--results-mams", type=int, default=400)
+    parser.add_argument("--thin-mams", type=int, default=1)
+    parser.add_argument("--desired-energy-var", type=float, default=5e-4, help="mclmc")
+    parser.add_argument("--leapfrog", type=int, default=32, help="hmc: jittered in [1, L]")
+    parser.add_argument("--max-depth", type=int, default=8, help="fieldnuts")
+    parser.add_argument("--chunk-size", type=int, default=100)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", type=int, default=64)
@@ -327,18 +343,7 @@ def main(argv: list[str] | None = None) -> dict:
         metavar=("MCLMC_STEP", "MCLMC_L", "MAMS_STEP", "MAMS_L"),
         help="only the bare-kernel timing (first mask) at these tuned values (/√d, as printed)",
     )
-    parser.add_argument("--burnin", type=int, default=150, help="fieldnuts / hmc warm-up")
-    parser.add_argument("--results", type=int, default=200, help="fieldnuts / hmc draws")
-    parser.add_argument("--burnin-mclmc", type=int, default=600)
-    parser.add_argument("--results-mclmc", type=int, default=800)
-    parser.add_argument("--thin-mclmc", type=int, default=2)
-    parser.add_argument("--burnin-mams", type=int, default=400)
-    parser.add_argument("--results-mams", type=int, default=400)
-    parser.add_argument("--thin-mams", type=int, default=1)
-    parser.add_argument("--desired-energy-var", type=float, default=5e-4, help="mclmc")
-    parser.add_argument("--leapfrog", type=int, default=32, help="hmc: jittered in [1, L]")
-    parser.add_argument("--max-depth", type=int, default=8, help="fieldnuts")
-    parser.add_argument("--chunk-size", type=int, default=100)
+    add_run_arguments(parser)
     parser.add_argument("--bias-coordinates", type=int, default=64, help="masked: CG solves")
     args = parser.parse_args(argv)
     model_text = "config" if args.config else "Gaussian field model, posterior-metric whitening"

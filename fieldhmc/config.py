@@ -838,10 +838,14 @@ class ModelConfig(BaseModel):
 
     model_config = _FROZEN
 
-    parametrisation: Literal["noncentred", "centred"] = Field(
+    parametrisation: Literal["noncentred", "centred", "conditional", "conditional_scale"] = Field(
         "noncentred",
         description="noncentred: sample white-noise modes scaled by sqrt(P); centred: "
-        "sample the Fourier modes of the field directly.",
+        "sample the Fourier modes of the field directly; conditional: white-noise modes "
+        "mapped through the conditional posterior (mean and width) of a linear surrogate of "
+        "the likelihood at the current hyperparameters (for sampled hyperparameters; the "
+        "preconditioners prior and posterior are then the same); conditional_scale: the "
+        "same without the mean (scale only).",
     )
     power: PowerConfig = Field(default_factory=PowerConfig, description="Prior power spectrum.")
     hyperparameters: HyperparametersConfig = Field(

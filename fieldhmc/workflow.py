@@ -8,6 +8,7 @@ here parses arguments or prints tables beyond the diagnostics report.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import logging
@@ -309,8 +310,15 @@ def _scales(config: cfg.Config, model, data) -> list[np.ndarray]:
     kind = config.sampler.preconditioner
     dtype = np.dtype(config.precision)
     scales = []
+    # conditional parametrisations: the field latent is whitened at every theta, so the
+    # posterior metric's hyperparameter scales are their approximate posterior widths
+    posterior_hyper = (
+        model.hyper_posterior_scales() if kind == "posterior" and model.is_conditional else {}
+    )
     for name in model.latent_names:
-        if name != "field":  # the prior's scale of the (unconstrained) latent
+        if name in posterior_hyper:
+            scales.append(np.asarray(posterior_hyper[name], dtype))
+        elif name != "field":  # the prior's scale of the (unconstrained) latent
             scale = 1.0 if kind == "identity" else model.hyper_latent_scale(name)
             scales.append(np.asarray(scale, dtype))
         elif kind == "identity":
@@ -388,6 +396,10 @@ def build_sampler(config: cfg.Config, model, target_log_prob_fn, data, num_resul
     from fieldhmc.samplers import Sampler
 
     field_outputs, _, _ = _field_outputs(config, model)
+    # the target maps latents to fields given its (re-pinnable) data: the 'conditional'
+    # parametrisation's latent is measured from a data-dependent mean
+    field_fn = getattr(target_log_prob_fn, "field_from_latents", model.field_from_latents)
+    field_outputs = dataclasses.replace(field_outputs, field_fn=field_fn)
     return Sampler(
         target_log_prob_fn,
         _settings(config, num_results),

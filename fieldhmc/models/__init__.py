@@ -28,9 +28,11 @@ Layout (one concept per module):
 
 from fieldhmc.models.cic import cic_deconvolve, cic_paint, cic_paint_lattice, cic_readout
 from fieldhmc.models.field_model import (
+    CONDITIONAL_PARAMETRIZATIONS,
     INIT_KINDS,
     PARAMETRIZATIONS,
     FieldModel,
+    PinnedTarget,
     RepinnableTarget,
 )
 from fieldhmc.models.forward import (
@@ -90,8 +92,10 @@ __all__ = [
     "HYPERPARAMETER_NAMES",
     "INIT_KINDS",
     "MASK_KINDS",
+    "CONDITIONAL_PARAMETRIZATIONS",
     "PARAMETRIZATIONS",
     "PRIOR_KINDS",
+    "PinnedTarget",
     "CGResult",
     "DensePosterior",
     "FieldModel",

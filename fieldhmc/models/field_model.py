@@ -16,6 +16,30 @@ Hermitian, :math:`E|Z_k|^2 = 1` for white :math:`x`). The latent ``"field"``
   ``packing.mode_of_real[j]``), :math:`\\delta = \\mathrm{irfft3d}(Z_k,
   \\text{norm="ortho"})`.
 
+* **conditional** (and **conditional_scale**): :math:`x \\approx \\mathcal N(0, I)` a
+  posteriori; the modes are those of the conditional posterior of a linear,
+  Fourier-diagonal surrogate of the likelihood evaluated at the current
+  hyperparameters :math:`\\theta`,
+
+  .. math::
+
+      \\delta_k = \\mu_k(\\theta) + \\sqrt{w_k(\\theta)}\\, Z_k, \\qquad
+      w_k = \\frac{s_k}{1 + s_k R_k^2 \\bar W}, \\qquad
+      \\mu_k = w_k R_k \\tilde b_k,
+
+  with :math:`R_k(\\theta)` the forward model's linear response
+  (:meth:`_linear_response`), :math:`\\bar W` the mean noise precision per voxel
+  (observed fraction over the noise variance) and :math:`\\tilde b =
+  \\mathrm{rfft3d}(W_x d^{\\rm eff}_x, \\text{norm="ortho"})` the noise-weighted data
+  of the likelihood's Gaussian approximation. ``conditional_scale`` drops the mean
+  (:math:`\\mu = 0`, the scale-only form of [3]). The log-Jacobian is
+  :math:`\\tfrac12 \\sum_j \\ln w_{k(j)}` over the real coordinates. For Gaussian
+  noise of uniform :math:`\\sigma`, no mask and the identity forward model the
+  ``conditional`` latent is exactly white given :math:`\\theta`: the posterior
+  factorises into :math:`p(\\theta \\mid d)\\, \\mathcal N(x; 0, I)`. The latent is
+  defined only given the data, so the target (:class:`PinnedTarget`) holds
+  :math:`\\tilde b` and maps latents to fields.
+
 Check: :math:`\\mathrm{rfft3d}(\\delta) = \\sqrt N\\,\\sqrt{s_k} Z_k`, so
 :math:`\\langle|\\mathrm{rfft3d}(\\delta)_k|^2\\rangle = N s_k = P(k) N^2/V` as required.
 The map :math:`x \\mapsto \\delta` is orthogonal up to the per-mode scale, and
@@ -49,11 +73,14 @@ References
    parametrization of hierarchical models", arXiv:0708.3797.
 2. Jasche & Kitaura (2010), "Fast Hamiltonian sampling for large-scale structure
    inference", arXiv:0911.2493.
+3. Simon-Onfroy, Lanusse & de Mattia (2025), "Benchmarking field-level cosmological
+   inference from galaxy redshift surveys", arXiv:2504.20130.
 """
 
 from __future__ import annotations
 
 import abc
+import copy
 import math
 from collections.abc import Callable, Mapping
 
@@ -77,9 +104,19 @@ from fieldhmc.seeds import as_stateless
 tfd = tfp.distributions
 Root = tfd.JointDistributionCoroutine.Root
 
-__all__ = ["INIT_KINDS", "PARAMETRIZATIONS", "FieldModel", "RepinnableTarget"]
+__all__ = [
+    "CONDITIONAL_PARAMETRIZATIONS",
+    "INIT_KINDS",
+    "PARAMETRIZATIONS",
+    "FieldModel",
+    "PinnedTarget",
+    "RepinnableTarget",
+]
 
+#: Parametrisations of the prior alone (the latent has a data-free prior).
 PARAMETRIZATIONS: tuple[str, ...] = ("noncentred", "centred")
+#: Parametrisations whose latent is white a posteriori under a linear surrogate.
+CONDITIONAL_PARAMETRIZATIONS: tuple[str, ...] = ("conditional", "conditional_scale")
 INIT_KINDS: tuple[str, ...] = ("prior", "zeros", "wiener")
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -105,7 +142,7 @@ class FieldModel(abc.ABC):
         The box.
     power : PowerSpectrum
         Prior power spectrum; its parameters are the fiducial hyperparameters.
-    parametrization : {"noncentred", "centred"}
+    parametrization : {"noncentred", "centred", "conditional", "conditional_scale"}
         Meaning of the ``"field"`` latent (see the module docstring).
     hyper_priors : mapping, optional
         ``{"log_amplitude": NormalPrior(loc, scale), "index": ...}`` (or
@@ -145,10 +182,9 @@ class FieldModel(abc.ABC):
             raise ValueError(
                 f"power must be a fieldhmc.models.PowerSpectrum, got {type(power).__name__}"
             )
-        if parametrization not in PARAMETRIZATIONS:
-            raise ValueError(
-                f"parametrization must be one of {PARAMETRIZATIONS}, got {parametrization!r}"
-            )
+        known = (*PARAMETRIZATIONS, *CONDITIONAL_PARAMETRIZATIONS)
+        if parametrization not in known:
+            raise ValueError(f"parametrization must be one of {known}, got {parametrization!r}")
         dtype = tf.as_dtype(dtype)
         if dtype not in (tf.float32, tf.float64):
             raise ValueError(f"dtype must be float32 or float64, got {dtype.name}")
@@ -240,6 +276,9 @@ class FieldModel(abc.ABC):
         with tf.init_scope():  # eager even while a function is traced (docstring)
             sampled = bool(self.power_hyper_names)
             c: dict[str, tf.Tensor] = {"is_pos": tf.constant(self._is_pos)}
+            if self.is_conditional:
+                c.update(self._surrogate_constants())
+                return c
             if power_terms or (
                 sampled and (not field_only or self.parametrization == "noncentred")
             ):
@@ -298,6 +337,75 @@ class FieldModel(abc.ABC):
         s_real = tf.reshape(s_real, tf.concat([batch, self.grid.grid_shape], 0))
         return tf.where(c["is_mean_coordinate"], tf.ones([], tf.float64), s_real)
 
+    # --- the conditional parametrisation's linear surrogate ---------------------------------
+    @property
+    def is_conditional(self) -> bool:
+        """True for the ``conditional`` and ``conditional_scale`` parametrisations."""
+        return self.parametrization in CONDITIONAL_PARAMETRIZATIONS
+
+    @property
+    def has_data_in_latent(self) -> bool:
+        """True if the field latent's meaning depends on the data (``conditional``): then
+        only a :class:`PinnedTarget` maps latents to fields."""
+        return self.parametrization == "conditional"
+
+    def _surrogate_constants(self) -> dict[str, tf.Tensor]:
+        """Data-independent constants of the surrogate (called inside ``init_scope``)."""
+        log_k_ratio, log_shape = self._power_terms_np()
+        h = self.grid.hermitian_weights()
+        sigma2_delta = (h * self.signal_variance_np()).sum() / self.grid.num_cells
+        return {
+            "sigma2_delta": tf.constant(sigma2_delta, tf.float64),  # fixed hyperparameters
+            "log_k_ratio": tf.constant(log_k_ratio, tf.float64),
+            "log_shape": tf.constant(log_shape, tf.float64),
+            "hermitian_weights": tf.constant(h, self.dtype),
+            "hermitian_weights64": tf.constant(h, tf.float64),
+            "linear_gain": tf.constant(np.asarray(getattr(self, "linear_gain", 1.0)), tf.float64),
+            "noise_precision": tf.constant(self._surrogate_noise_precision(), tf.float64),
+        }
+
+    def _surrogate_noise_precision(self) -> float:
+        """:math:`\\bar W` of the surrogate: the Fisher information per voxel about the
+        *prediction* (the forward model's response enters through :meth:`_linear_response`)."""
+        return self.noise_precision_mean
+
+    def _surrogate_weighted_data(self, data: np.ndarray) -> np.ndarray:
+        """float64 ``grid_shape`` :math:`W_x d^{\\rm eff}_x` of the Gaussian approximation."""
+        d_eff, weights = self._gaussian_approximation(data)
+        return weights * d_eff
+
+    def _surrogate_data_constants(self, data: np.ndarray) -> dict[str, tf.Tensor]:
+        """``surrogate_re`` / ``surrogate_im``: :math:`\\tilde b = \\mathrm{rfft3d}(W d^{\\rm
+        eff}, \\text{norm="ortho"})` in the model dtype (``conditional`` only; empty else)."""
+        if self.parametrization != "conditional":
+            return {}
+        b = np.fft.rfftn(self._surrogate_weighted_data(data), norm="ortho")
+        dtype = self.dtype
+        return {
+            "surrogate_re": tf.constant(b.real, dtype),
+            "surrogate_im": tf.constant(b.imag, dtype),
+        }
+
+    def _data_constants(self, data: np.ndarray) -> dict[str, tf.Tensor]:
+        """Everything the target reads from validated ``data``: the likelihood's
+        constants and the surrogate's weighted data modes."""
+        return {**self._likelihood_constants(data), **self._surrogate_data_constants(data)}
+
+    def _linear_response(self, hp: Mapping[str, tf.Tensor], c) -> tf.Tensor:
+        """float64 :math:`R_k(\\theta)`, broadcastable to ``[*batch, n0, n1, n2 // 2 + 1]``:
+        the forward model's response to :math:`\\delta_k` at :math:`\\delta = 0` (1 for the
+        identity). :class:`~fieldhmc.models.ForwardFieldModel` may make it depend on
+        sampled forward-model parameters."""
+        return c["linear_gain"]
+
+    def _surrogate(self, hp, c) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """float64 ``(s, R, q)`` per mode, ``q = s R^2 \\bar W`` (all 0 at ``k = 0``):
+        :math:`w = s / (1 + q)`, :math:`\\ln w - \\ln s = -\\ln(1 + q)`."""
+        s = self._signal_variance(hp, c)
+        r = self._linear_response(hp, c)
+        q = s * tf.square(r) * c["noise_precision"]
+        return s, r, q
+
     # --- latents -----------------------------------------------------------------------
     def _unpack(self, latents) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
         if len(latents) != len(self.latent_names):
@@ -343,12 +451,15 @@ class FieldModel(abc.ABC):
         """Prior standard deviation of sampled scalar ``name``'s latent (a metric scale)."""
         return self.hyper_priors[name].latent_scale
 
-    def _modes(self, field: tf.Tensor, hp, c, factor: float = 1.0) -> tf.Tensor:
+    def _modes(self, field: tf.Tensor, hp, c, factor: float = 1.0, lc=None) -> tf.Tensor:
         """``factor`` times the orthonormal modes of :math:`\\delta`,
         ``[..., n0, n1, n2 // 2 + 1]`` complex: :math:`\\delta =
         \\mathrm{irfft3d}(\\text{modes}, \\text{norm="ortho"})` for ``factor`` 1, and
-        ``modes == rfft3d(delta)`` (exactly Hermitian) for ``factor`` :math:`\\sqrt N`."""
+        ``modes == rfft3d(delta)`` (exactly Hermitian) for ``factor`` :math:`\\sqrt N`.
+        ``lc`` (the data constants) is read by the ``conditional`` parametrisation."""
         modes = self.packing.modes_from_real(field)
+        if self.is_conditional:
+            return self._conditional_modes(modes, hp, c, factor, lc)
         if self.parametrization == "noncentred":
             if self.power_hyper_names:
                 scale = tf.cast(tf.sqrt(self._signal_variance(hp, c)), self.dtype)
@@ -368,15 +479,32 @@ class FieldModel(abc.ABC):
         # imaginary part" warning at every trace (test_field_model pins this).
         return tf.complex(tf.math.real(modes) * scale, tf.math.imag(modes) * scale)
 
-    def _delta(self, field: tf.Tensor, hp, c) -> tf.Tensor:
-        modes = self._modes(field, hp, c)
+    def _conditional_modes(self, z: tf.Tensor, hp, c, factor: float, lc) -> tf.Tensor:
+        """:math:`\\mu_k + \\sqrt{w_k} Z_k` times ``factor`` (``conditional`` parametrisations)."""
+        s, r, q = self._surrogate(hp, c)
+        f = tf.constant(factor, tf.float64)
+        scale = tf.cast(f * tf.sqrt(s / (1.0 + q)), self.dtype)
+        re, im = tf.math.real(z) * scale, tf.math.imag(z) * scale
+        if self.parametrization == "conditional":
+            if lc is None or "surrogate_re" not in lc:
+                raise ValueError(
+                    "the 'conditional' parametrisation maps latents to fields only given the "
+                    "data: use the target's field_from_latents (FieldModel.target_log_prob_fn)"
+                )
+            coef = tf.cast(f * s * r / (1.0 + q), self.dtype)  # w R
+            re = re + coef * lc["surrogate_re"]
+            im = im + coef * lc["surrogate_im"]
+        return tf.complex(re, im)
+
+    def _delta(self, field: tf.Tensor, hp, c, lc=None) -> tf.Tensor:
+        modes = self._modes(field, hp, c, lc=lc)
         return irfft3d(modes, fft_length=self.grid.grid_shape, norm="ortho")
 
     def _log_likelihood_of_field(self, field: tf.Tensor, hp, c, lc) -> tf.Tensor:
         """float64 ``[batch]`` log-likelihood of the latent ``field``: by default
         :meth:`_log_likelihood` of :math:`\\delta` (a subclass may skip the real-space
         field, see :class:`~fieldhmc.models.ForwardFieldModel`)."""
-        return self._log_likelihood(self._delta(field, hp, c), hp, c, lc)
+        return self._log_likelihood(self._delta(field, hp, c, lc), hp, c, lc)
 
     def field_from_latents(self, *latents) -> tf.Tensor:
         """The overdensity :math:`\\delta(x)` of latents (batch-aware).
@@ -399,15 +527,18 @@ class FieldModel(abc.ABC):
         c = self.__dict__.get("_field_only_constants")
         if c is None:
             c = self._field_only_constants = self._constants(field_only=True)
-        return self._delta(field, hp, c)
+        return self._delta(field, hp, c)  # 'conditional' raises: it needs the data
 
-    def latents_from_field(self, delta, **hyperparameters) -> tf.Tensor:
+    def latents_from_field(self, delta, *, data=None, **hyperparameters) -> tf.Tensor:
         """The ``"field"`` latent that maps to :math:`\\delta` (its mean-mode coordinate 0).
 
         Parameters
         ----------
         delta : array-like
             ``[..., n0, n1, n2]``; its mean is discarded.
+        data : array-like, optional
+            Observed data (validated here); needed by the ``conditional``
+            parametrisation, whose latent is measured from the surrogate's mean.
         **hyperparameters : float or tf.Tensor
             Values of sampled hyperparameters (default fiducial), batch-broadcastable.
 
@@ -419,7 +550,25 @@ class FieldModel(abc.ABC):
         delta = tf.cast(tf.convert_to_tensor(delta), self.dtype)
         c = self._constants(power_terms=True)
         modes = rfft3d(delta, norm="ortho")
-        if self.parametrization == "noncentred":
+        if self.is_conditional:
+            hp = {n: hyperparameters[n] for n in self.hyper_names if n in hyperparameters}
+            hp = {n: tf.convert_to_tensor(v, self.dtype) for n, v in hp.items()}
+            lc = None
+            if self.parametrization == "conditional":
+                if data is None:
+                    raise ValueError(
+                        "latents_from_field needs data for the 'conditional' parametrisation"
+                    )
+                lc = self._surrogate_data_constants(self._check_data(data))
+            # delta = mu + sqrt(w) Z: Z = (modes - mu) / sqrt(w), the mean mode 0
+            zero = tf.zeros_like(tf.math.real(modes))
+            mu_modes = self._conditional_modes(tf.complex(zero, zero), hp, c, 1.0, lc)
+            s, _, q = self._surrogate(hp, c)
+            inv = tf.where(c["is_pos"], tf.sqrt((1.0 + q) / tf.where(c["is_pos"], s, 1.0)), 0.0)
+            inv = tf.cast(inv, self.dtype)
+            diff = modes - mu_modes
+            modes = tf.complex(tf.math.real(diff) * inv, tf.math.imag(diff) * inv)
+        elif self.parametrization == "noncentred":
             hp = {n: hyperparameters.get(n) for n in self.hyper_names}
             hp = {n: v for n, v in hp.items() if v is not None}
             s = self._signal_variance(hp, c)
@@ -444,8 +593,10 @@ class FieldModel(abc.ABC):
                 total = total + prior.log_prob_latent(u[name])
         return total
 
-    def _log_prior_field(self, field: tf.Tensor, hp, c) -> tf.Tensor:
+    def _log_prior_field(self, field: tf.Tensor, hp, c, lc=None) -> tf.Tensor:
         n = self.grid.num_cells
+        if self.is_conditional:
+            return self._log_prior_conditional(field, hp, c, lc) - 0.5 * n * _LOG_2PI
         if self.parametrization == "noncentred":
             # float32 squares, float64 (blocked) sum: see fieldhmc.models.reduction
             return -0.5 * reduce_sum_float64(tf.square(field)) - 0.5 * n * _LOG_2PI
@@ -458,6 +609,35 @@ class FieldModel(abc.ABC):
             quad = reduce_sum_float64(x2 * c["inv_latent_variance"])
             log_det = c["log_latent_variance_sum"]
         return -0.5 * quad - 0.5 * log_det - 0.5 * n * _LOG_2PI
+
+    def _log_prior_conditional(self, field: tf.Tensor, hp, c, lc) -> tf.Tensor:
+        """:math:`\\ln p(x \\mid \\theta) + \\tfrac12 N \\ln 2\\pi` of a ``conditional`` latent.
+
+        The prior of :math:`\\delta` with the Jacobian of :math:`x \\mapsto \\delta`, over
+        the half-spectrum with Hermitian weights :math:`h_k` (the number of real
+        coordinates of each bin, :math:`\\sum_k h_k |Z_k|^2 = |x|^2`):
+
+        .. math::
+
+            -\\frac12 \\sum_k h_k \\frac{|\\mu_k + \\sqrt{w_k} Z_k|^2}{s_k}
+            + \\frac12 \\sum_{k \\neq 0} h_k \\ln\\frac{w_k}{s_k}, \\qquad
+            \\frac{\\mu_k + \\sqrt{w_k} Z_k}{\\sqrt{s_k}}
+            = \\frac{\\sqrt{s_k} R_k \\tilde b_k}{1 + q_k} + \\frac{Z_k}{\\sqrt{1 + q_k}},
+
+        the mean mode's term being :math:`-\\tfrac12 Z_0^2` (its coordinate keeps a
+        standard-normal prior). Terms in the model dtype, sums in float64.
+        """
+        z = self.packing.modes_from_real(field)
+        s, r, q = self._surrogate(hp, c)
+        a = tf.cast(tf.math.rsqrt(1.0 + q), self.dtype)
+        re, im = tf.math.real(z) * a, tf.math.imag(z) * a
+        if self.parametrization == "conditional":
+            coef = tf.cast(tf.sqrt(s) * r / (1.0 + q), self.dtype)
+            re = re + coef * lc["surrogate_re"]
+            im = im + coef * lc["surrogate_im"]
+        quad = reduce_sum_float64(c["hermitian_weights"] * (tf.square(re) + tf.square(im)))
+        log_det = tf.reduce_sum(c["hermitian_weights64"] * tf.math.log1p(q), axis=[-3, -2, -1])
+        return -0.5 * quad - 0.5 * log_det
 
     @abc.abstractmethod
     def _check_data(self, data) -> np.ndarray:
@@ -512,27 +692,17 @@ class FieldModel(abc.ABC):
 
         Returns
         -------
-        callable
+        PinnedTarget
             ``target_log_prob_fn(*latents) -> tf.Tensor`` float64 ``[batch]``, latents in
             ``latent_names`` order with a common leading batch (chain) shape. Terms are
             computed in the latents' dtype and **reduced in float64, and the result is
             float64 even for float32 latents** (the sampler subtracts a per-chain
             reference before casting down). Works eagerly, in ``tf.function`` and with
-            ``jit_compile=True``; gradients are finite.
+            ``jit_compile=True``; gradients are finite. Its ``field_from_latents`` maps
+            latents to :math:`\\delta` given these data (the ``conditional``
+            parametrisation needs them).
         """
-        data = self._check_data(data)
-        c = self._constants()
-        lc = self._likelihood_constants(data)
-
-        def target_log_prob_fn(*latents):
-            field, hp = self._unpack(latents)
-            return (
-                self._log_prior_hypers(self._hyper_latents(latents))
-                + self._log_prior_field(field, hp, c)
-                + self._log_likelihood_of_field(field, hp, c, lc)
-            )
-
-        return target_log_prob_fn
+        return PinnedTarget(self, data)
 
     def log_likelihood_fn(self, data) -> Callable[..., tf.Tensor]:
         """Log likelihood :math:`\\ln p(d \\mid \\delta, \\theta)` of fields, pinned to ``data``.
@@ -585,7 +755,8 @@ class FieldModel(abc.ABC):
         return self.hyper_priors[name].latent_distribution(self.dtype, name)
 
     def _field_prior_distribution(self, hp, c) -> tfd.Distribution:
-        if self.parametrization == "noncentred":
+        # conditional: N(0, I) is the latent's surrogate *posterior* (initial states)
+        if self.parametrization != "centred":
             return tfd.Sample(
                 tfd.Normal(tf.zeros([], self.dtype), tf.ones([], self.dtype)),
                 self.grid.grid_shape,
@@ -613,7 +784,18 @@ class FieldModel(abc.ABC):
         gathers act on leading axes), which is cheaper than TFP's ``vectorized_map``.
         Root distributions (the hyperparameters, and ``"field"`` when it does not
         depend on them) take the sample shape; the others inherit it as batch shape.
+
+        Raises
+        ------
+        ValueError
+            For the ``conditional`` parametrisations, whose latent has no prior without
+            the data (:meth:`sample` draws through the non-centred model).
         """
+        if self.is_conditional:
+            raise ValueError(
+                f"the {self.parametrization!r} parametrisation has no joint distribution (its "
+                "field latent is defined given the data); use target_log_prob_fn(data)"
+            )
         c = self._constants()
         is_field_root = self.parametrization == "noncentred" or not self.power_hyper_names
 
@@ -651,9 +833,43 @@ class FieldModel(abc.ABC):
             ``[*sample_shape, *grid_shape]``) and ``"data"``.
         """
         seed = as_stateless(seed)
+        if self.is_conditional:
+            return self._sample_conditional(seed, sample_shape)
         draw = self.joint_distribution().sample(sample_shape, seed=seed)
         out = dict(draw._asdict())
         out["delta"] = self.field_from_latents(*(out[n] for n in self.latent_names))
+        return out
+
+    def _noncentred_twin(self) -> FieldModel:
+        """This model written non-centred (the same generative model, a data-free latent)."""
+        twin = copy.copy(self)
+        twin.parametrization = "noncentred"
+        twin.__dict__.pop("_field_only_constants", None)
+        return twin
+
+    def _sample_conditional(self, seed, sample_shape) -> dict[str, tf.Tensor]:
+        """:meth:`sample` of a ``conditional`` model: the draw of the same model written
+        non-centred, its ``"field"`` latent mapped to this parametrisation's (given each
+        draw's data and hyperparameters)."""
+        out = self._noncentred_twin().sample(seed, sample_shape)
+        # physical values (the draw holds the sampled scalars' unconstrained latents)
+        hp = self.physical_parameters({n: np.asarray(out[n]) for n in self.hyper_names})
+        if self.parametrization == "conditional":
+            data = np.asarray(out["data"], np.float64)
+            delta = np.asarray(out["delta"])
+            flat = data.reshape(-1, *self.grid.grid_shape)
+            hflat = {n: np.reshape(np.asarray(v), [-1]) for n, v in hp.items()}
+            fields = [
+                self.latents_from_field(
+                    delta.reshape(flat.shape)[i],
+                    data=flat[i],
+                    **{n: v[i] for n, v in hflat.items()},
+                )
+                for i in range(flat.shape[0])
+            ]
+            out["field"] = tf.reshape(tf.stack(fields), tf.shape(out["field"]))
+        else:
+            out["field"] = self.latents_from_field(out["delta"], **hp)
         return out
 
     # --- preconditioning ---------------------------------------------------------------
@@ -666,7 +882,7 @@ class FieldModel(abc.ABC):
             float64 ``grid_shape``: 1 (non-centred) or :math:`1/s_{k(j)}` (centred; 1 for
             the mean-mode coordinate).
         """
-        if self.parametrization == "noncentred":
+        if self.parametrization != "centred":
             return np.ones(self.grid.grid_shape)
         return 1.0 / self._latent_variance_np()
 
@@ -691,16 +907,58 @@ class FieldModel(abc.ABC):
         Returns
         -------
         np.ndarray
-            float64 ``grid_shape``; use as a diagonal mass matrix.
+            float64 ``grid_shape``; use as a diagonal mass matrix (ones for the
+            ``conditional`` parametrisations, whose latent is already whitened).
         """
         if data is not None:
             self._check_data(data)
+        if self.is_conditional:
+            return np.ones(self.grid.grid_shape)
         s_real = self.signal_variance_np().reshape(-1)[self._mode_of_real]
         s_real = s_real.reshape(self.grid.grid_shape)
         w = self.noise_precision_mean
         if self.parametrization == "noncentred":
             return 1.0 + s_real * w
         return np.where(self._is_mean_coordinate, 1.0, 1.0 / self._latent_variance_np() + w)
+
+    def hyper_posterior_scales(self) -> dict[str, float]:
+        """Approximate posterior standard deviations of the power-spectrum hyperparameters.
+
+        The Fisher information of :math:`\\theta = (\\ln A, n)` about the data's modes
+        under the Fourier-diagonal linear surrogate of the likelihood (per real
+        coordinate a Gaussian of variance :math:`s_k R_k^2 + 1/\\bar W`), at the fiducial
+        values, plus the prior precision:
+
+        .. math::
+
+            F_{ab} = \\frac12 \\sum_k h_k \\Bigl(\\frac{q_k}{1 + q_k}\\Bigr)^2
+            \\partial_a \\ln s_k\\, \\partial_b \\ln s_k + \\frac{\\delta_{ab}}{\\sigma_a^2},
+            \\qquad q_k = s_k R_k^2 \\bar W,
+
+        with :math:`\\partial \\ln s_k / \\partial \\ln A = 1` and
+        :math:`\\partial \\ln s_k / \\partial n = \\ln(k / k_p)`. Returns the marginal
+        standard deviations :math:`\\sqrt{(F^{-1})_{aa}}` of the sampled ones among
+        them (a diagonal metric for the ``conditional`` parametrisations, whose field
+        latent has unit posterior scale at every :math:`\\theta`).
+
+        Returns
+        -------
+        dict
+            ``{name: sd}`` for the sampled ``log_amplitude`` / ``index``.
+        """
+        names = [n for n in ("log_amplitude", "index") if n in self.hyper_names]
+        if not names:
+            return {}
+        s = self.signal_variance_np()
+        gain = np.asarray(getattr(self, "linear_gain", 1.0), np.float64)
+        q = s * gain**2 * self._surrogate_noise_precision()
+        log_k_ratio, _ = self._power_terms_np()
+        deriv = {"log_amplitude": self._is_pos.astype(np.float64), "index": log_k_ratio}
+        weight = 0.5 * self.grid.hermitian_weights() * (q / (1.0 + q)) ** 2
+        fisher = np.array([[np.sum(weight * deriv[a] * deriv[b]) for b in names] for a in names])
+        fisher += np.diag([1.0 / self.hyper_priors[n].scale ** 2 for n in names])
+        sd = np.sqrt(np.diag(np.linalg.inv(fisher)))
+        return dict(zip(names, (float(v) for v in sd), strict=True))
 
     # --- initial states -----------------------------------------------------------------
     def wiener_latent(self, data, tol: float = 1e-8) -> np.ndarray:
@@ -724,7 +982,8 @@ class FieldModel(abc.ABC):
         del approx
         field = mean_field.astype(self.dtype.as_numpy_dtype)
         del mean_field
-        return self.latents_from_field(field).numpy().astype(np.float64)
+        data = data if self.has_data_in_latent else None
+        return self.latents_from_field(field, data=data).numpy().astype(np.float64)
 
     def init_latents(
         self, kind: str, num_chains: int, seed, data=None, jitter: float = 0.0
@@ -804,18 +1063,54 @@ class FieldModel(abc.ABC):
         )
 
 
-class RepinnableTarget:
-    """A model's posterior log density whose data is held in ``tf.Variable``s.
+class PinnedTarget:
+    """A model's posterior log density pinned to data: :meth:`FieldModel.target_log_prob_fn`.
 
-    Made by :meth:`FieldModel.repinnable_target_log_prob_fn`. Calling it is
-    :meth:`FieldModel.target_log_prob_fn` ``(data)(*latents)``; :meth:`pin` replaces the
-    data (same shape) so that functions compiled around it do not retrace.
+    Calling it gives :math:`\\ln p(\\theta) + \\ln p(x \\mid \\theta) + \\ln p(d \\mid
+    \\delta(x, \\theta))` (float64 ``[batch]``); :meth:`field_from_latents` maps latents to
+    :math:`\\delta` with the same data (the ``conditional`` latent is defined only given
+    them). The data constants are made once, eagerly, and captured by a compiled caller.
     """
 
     def __init__(self, model: FieldModel, data):
         self.model = model
         self._constants = model._constants()
-        lc = model._likelihood_constants(model._check_data(data))
+        self._data = model._data_constants(model._check_data(data))
+
+    def _data_constants(self) -> dict[str, tf.Tensor]:
+        return self._data
+
+    def __call__(self, *latents) -> tf.Tensor:
+        m = self.model
+        field, hp = m._unpack(latents)
+        lc = self._data_constants()
+        return (
+            m._log_prior_hypers(m._hyper_latents(latents))
+            + m._log_prior_field(field, hp, self._constants, lc)
+            + m._log_likelihood_of_field(field, hp, self._constants, lc)
+        )
+
+    def field_from_latents(self, *latents) -> tf.Tensor:
+        """:meth:`FieldModel.field_from_latents` given these data (batch-aware)."""
+        if not self.model.has_data_in_latent:
+            return self.model.field_from_latents(*latents)
+        field, hp = self.model._unpack(latents)
+        return self.model._delta(field, hp, self._constants, self._data_constants())
+
+
+class RepinnableTarget(PinnedTarget):
+    """A model's posterior log density whose data is held in ``tf.Variable``s.
+
+    Made by :meth:`FieldModel.repinnable_target_log_prob_fn`. Calling it is
+    :meth:`FieldModel.target_log_prob_fn` ``(data)(*latents)``; :meth:`pin` replaces the
+    data (same shape) so that functions compiled around it (the log density and
+    :meth:`field_from_latents`) do not retrace.
+    """
+
+    def __init__(self, model: FieldModel, data):
+        self.model = model
+        self._constants = model._constants()
+        lc = model._data_constants(model._check_data(data))
         self._variables = {
             name: tf.Variable(value, trainable=False, name=f"likelihood_{name}")
             for name, value in lc.items()
@@ -823,16 +1118,9 @@ class RepinnableTarget:
 
     def pin(self, data) -> None:
         """Replace the observed data (validated, same grid) in place."""
-        lc = self.model._likelihood_constants(self.model._check_data(data))
+        lc = self.model._data_constants(self.model._check_data(data))
         for name, value in lc.items():
             self._variables[name].assign(value)
 
-    def __call__(self, *latents) -> tf.Tensor:
-        m = self.model
-        field, hp = m._unpack(latents)
-        lc = {name: v.read_value() for name, v in self._variables.items()}
-        return (
-            m._log_prior_hypers(m._hyper_latents(latents))
-            + m._log_prior_field(field, hp, self._constants)
-            + m._log_likelihood_of_field(field, hp, self._constants, lc)
-        )
+    def _data_constants(self) -> dict[str, tf.Tensor]:
+        return {name: v.read_value() for name, v in self._variables.items()}

@@ -416,9 +416,10 @@ class ForwardFieldModel(FieldModel):
     # --- the forward model --------------------------------------------------------------
     def check_forward(self, num_chains: int = 2, seed=(8, 1)) -> None:
         """Run :func:`check_forward_fn` on a ``num_chains`` prior draw of :math:`\\delta`."""
-        latents = self.init_latents("prior", num_chains, seed=list(seed))
-        _, hp = self._unpack(latents)  # sampled parameters: prior draws, physical values
-        delta = self.field_from_latents(*latents)
+        prior = self._noncentred_twin() if self.is_conditional else self  # a data-free latent
+        latents = prior.init_latents("prior", num_chains, seed=list(seed))
+        _, hp = prior._unpack(latents)  # sampled parameters: prior draws, physical values
+        delta = prior.field_from_latents(*latents)
         name = getattr(self.forward, "__qualname__", type(self.forward).__name__)
         params = self._forward_params(hp, tf.shape(delta)[:-3])
         check_forward_fn(self.forward, delta, params, name=f"forward {name}")
@@ -513,13 +514,37 @@ class ForwardFieldModel(FieldModel):
         if self._from_modes is None:
             return super()._log_likelihood_of_field(field, hp, c, lc)
         # rfft3d(delta) straight from the prior: no irfft3d -> rfft3d round trip
-        modes = self._modes(field, hp, c, factor=math.sqrt(self.grid.num_cells))
+        modes = self._modes(field, hp, c, factor=math.sqrt(self.grid.num_cells), lc=lc)
         mu = self._predict_from_modes(modes, hp)
         return self.likelihood.log_prob(mu, lc, self._sigma2_for_likelihood(hp, c))
 
     def _data_distribution(self, delta, hp, c):
         mu = self.predict(delta, hp)
         return self.likelihood.distribution(mu, self._sigma2_for_likelihood(hp, c))
+
+    # --- the conditional parametrisation's surrogate ------------------------------------------
+    def _linear_response(self, hp, c) -> tf.Tensor:
+        """float64 :math:`R_k(\\theta)`, broadcastable to ``[*batch, n0, n1, n2 // 2 + 1]``.
+
+        A forward model with a ``linear_gain_fn`` attribute gives it as
+        ``forward.linear_gain_fn(**params)`` of the forward-model parameters (fixed ones
+        merged with the sampled ones, ``[batch]`` tensors, :meth:`_forward_params`); it must
+        return a tensor broadcastable to ``[*batch, n0, n1, n2 // 2 + 1]`` (e.g.
+        ``b[:, None, None, None]`` for a linear bias ``b``). Otherwise the fixed
+        ``linear_gain`` (1 for the identity).
+        """
+        gain_fn = getattr(self.forward, "linear_gain_fn", None)
+        if gain_fn is None:
+            return c["linear_gain"]
+        return tf.cast(gain_fn(**self._forward_params(hp)), tf.float64)
+
+    def _surrogate_noise_precision(self) -> float:
+        # about the prediction: the response R_k carries the forward model's gain
+        return self.likelihood.noise_precision_mean
+
+    def _surrogate_weighted_data(self, data):
+        d_eff, weights = self.likelihood.gaussian_approximation(data)
+        return weights * d_eff
 
     @property
     def noise_precision_mean(self) -> float:
@@ -543,7 +568,7 @@ class ForwardFieldModel(FieldModel):
             \\text{non-centred: } 1 + s_{k(j)} g_{k(j)}^2 \\bar W, \\qquad
             \\text{centred: } 1/s_{k(j)} + g_{k(j)}^2 \\bar W .
         """
-        if self.linear_gain.ndim == 0:
+        if self.linear_gain.ndim == 0 or self.is_conditional:
             return super().posterior_precision_diag(data)
         if data is not None:
             self._check_data(data)

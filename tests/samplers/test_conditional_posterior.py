@@ -1,0 +1,265 @@
+"""Samplers on the ``conditional`` parametrisation against the exact joint posterior.
+
+8³ Gaussian data of uniform noise, no mask, :math:`\\ln A` and :math:`n` sampled. The
+marginal likelihood is a product over Fourier modes of Gaussians of variance
+:math:`s_k(\\theta) + \\sigma^2` (per real coordinate), so the marginal posterior of
+:math:`\\theta = (\\ln A, n)` follows by 2-D grid quadrature (NumPy, independent of the
+model code), and the field's posterior is the Wiener posterior mixed over the quadrature
+nodes. Every exact kernel's draws of :math:`\\theta` (mean, variance) and of
+:math:`\\delta(x)` at every voxel (mean, variance) are compared with it by MCSE-scaled
+z-scores, which as a whole must look like N(0, 1) draws (:func:`_looks_standard_normal`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy import stats
+
+from fieldhmc import models
+from fieldhmc.diagnostics import ess_bulk
+from fieldhmc.ops import HermitianPacking
+from fieldhmc.samplers import FieldOutputs, MemorySink, Sampler, SamplerSettings, stateless_seed
+from tests.samplers.test_posterior import _looks_standard_normal
+
+GRID = models.Grid((8, 8, 8), 25.0)  # the cell of configs/hierarchical_64.yaml
+# P(k) of configs/hierarchical_64.yaml, pivot moved into this grid's k range (0.25-1.7
+# h/Mpc) so that log A and n are not a narrow ridge
+K_PIVOT = 0.6
+AMPLITUDE = 1000.0 * (K_PIVOT / 0.1) ** -1.5
+POWER = models.PowerLaw(AMPLITUDE, -1.5, K_PIVOT)
+SIGMA = 2.0
+PRIORS = {"log_amplitude": (np.log(AMPLITUDE), 1.0), "index": (-1.5, 0.5)}
+HYPERS = tuple(PRIORS)
+
+
+def make_problem(parametrization="conditional", seed=7):
+    model = models.GaussianFieldModel(
+        GRID, POWER, SIGMA, parametrization=parametrization, hyper_priors=PRIORS, dtype=tf.float64
+    )
+    data = np.asarray(model.sample(seed=stateless_seed(seed))["data"])
+    return model, data
+
+
+class QuadratureReference:
+    """Exact marginal posterior of (log A, n) on a 2-D grid, and the mixed Wiener posterior
+    of the field, from the data's orthonormal modes (NumPy only)."""
+
+    def __init__(self, data, num=161):
+        n_cells = GRID.num_cells
+        self.h = GRID.hermitian_weights()
+        k = GRID.kmag()
+        self.is_pos = k > 0
+        self.log_k = np.log(np.where(self.is_pos, k, K_PIVOT) / K_PIVOT)
+        self.d_modes = np.fft.rfftn(data, norm="ortho")
+        self.d2 = np.abs(self.d_modes) ** 2
+        self.to_s = n_cells / GRID.volume
+        loc = np.array([PRIORS[n][0] for n in HYPERS])
+        scale = np.array([PRIORS[n][1] for n in HYPERS])
+        # coarse pass over +-6 prior sd, then a fine grid over +-8 posterior sd
+        lo, hi = loc - 6 * scale, loc + 6 * scale
+        for _ in range(2):
+            a, n = np.linspace(lo[0], hi[0], num), np.linspace(lo[1], hi[1], num)
+            la, ix = np.meshgrid(a, n, indexing="ij")
+            logp = self._log_post(la.ravel(), ix.ravel(), loc, scale).reshape(la.shape)
+            p = np.exp(logp - logp.max())
+            p /= p.sum()
+            mean = np.array([(p * la).sum(), (p * ix).sum()])
+            sd = np.sqrt([(p * (la - mean[0]) ** 2).sum(), (p * (ix - mean[1]) ** 2).sum()])
+            lo, hi = mean - 8 * sd, mean + 8 * sd
+        self.mean, self.var = mean, sd**2
+        self.nodes = np.stack([la.ravel(), ix.ravel()], 1)
+        self.weights = p.ravel()
+
+    def signal(self, la, ix):  # s_k [nodes, *modes]
+        s = np.exp(la[:, None, None, None] + ix[:, None, None, None] * self.log_k)
+        return np.where(self.is_pos, s * self.to_s, 0.0)
+
+    def _log_post(self, la, ix, loc, scale, chunk=2000):
+        out = np.empty(la.size)
+        for i in range(0, la.size, chunk):
+            v = self.signal(la[i : i + chunk], ix[i : i + chunk]) + SIGMA**2
+            ll = -0.5 * (self.h * (self.d2 / v + np.log(v))).sum(axis=(1, 2, 3))
+            out[i : i + chunk] = ll
+        return (
+            out + stats.norm.logpdf(la, loc[0], scale[0]) + stats.norm.logpdf(ix, loc[1], scale[1])
+        )
+
+    def field_moments(self, min_weight=1e-12):
+        """Mean and variance of each real coordinate of delta's orthonormal modes
+        (``PACKING.real_from_modes(rfft3d(delta, "ortho"))``; the mean mode dropped) under
+        the Wiener posterior mixed over theta: given theta the coordinates are
+        independent with mean ``gain d`` and variance ``gain sigma^2``."""
+        keep = self.weights > min_weight
+        w, nodes = self.weights[keep] / self.weights[keep].sum(), self.nodes[keep]
+        s = self.signal(nodes[:, 0], nodes[:, 1])
+        gain = s / (s + SIGMA**2)
+        mean = real_coordinates(gain * self.d_modes)  # [nodes, d]
+        var = (gain * SIGMA**2).reshape(len(w), -1)[:, MODE_OF_REAL]
+        m1 = w @ mean
+        return m1, w @ (mean**2 + var) - m1**2
+
+
+PACKING = HermitianPacking(GRID.grid_shape)
+IS_FREE = PACKING.mode_of_real != 0  # every coordinate but delta's (zero) mean
+MODE_OF_REAL = PACKING.mode_of_real[IS_FREE]
+
+
+def real_coordinates(modes):
+    """Real coordinates ``[..., d]`` of half-spectrum modes (orthonormal, mean dropped)."""
+    modes = np.asarray(modes)
+    v = PACKING.real_from_modes(tf.constant(modes.reshape(-1, *modes.shape[-3:]))).numpy()
+    return v.reshape(*modes.shape[:-3], -1)[..., IS_FREE]
+
+
+@pytest.fixture(scope="module")
+def problem():
+    model, data = make_problem()
+    return model, data, QuadratureReference(data)
+
+
+def sample_joint(
+    model, data, kind, num_results=400, num_chains=4, seed=11, num_burnin_steps=300, **kw
+):
+    """Draws of (log A, n) ``[draw, chain]`` each and delta ``[draw, chain, *grid]``."""
+    settings = SamplerSettings(
+        kind=kind,
+        num_chains=num_chains,
+        num_burnin_steps=num_burnin_steps,
+        num_results=num_results,
+        num_leapfrog_steps=8,
+        jitter_leapfrog=kind == "hmc",
+        max_tree_depth=5,  # the latent is near N(0, I): short trees suffice
+        chunk_size=num_burnin_steps + num_results,
+        field_thin=1,
+        seed=seed,
+        **kw,
+    )
+    target = model.target_log_prob_fn(data)
+    outputs = FieldOutputs(
+        field_fn=target.field_from_latents,
+        power_fn=lambda f: tf.reduce_sum(f**2, axis=[-3, -2, -1])[:, None],
+    )
+    # the posterior metric of a conditional config (workflow._scales)
+    hyper_scales = model.hyper_posterior_scales()
+    scales = [np.asarray(hyper_scales[n]) for n in HYPERS] + [np.ones(GRID.grid_shape)]
+    sampler = Sampler(target, settings, model.latent_names, scales, outputs)
+    init = [np.asarray(v) for v in model.init_latents("prior", num_chains, seed=stateless_seed(1))]
+    sink = MemorySink()
+    with tempfile.TemporaryDirectory() as d:
+        summary = sampler.run(sink, Path(d), init, progress=False)
+    traces = sink.stacked_traces()
+    summary["traces"] = traces
+    return {n: traces[n] for n in HYPERS}, sink.stacked_fields(), summary
+
+
+def _z(draws, mean, var):
+    """MCSE z-scores of the mean and variance of each column of ``draws`` [chain, draw, K]."""
+    z_mean = (draws.mean(axis=(0, 1)) - mean) / np.sqrt(var / ess_bulk(draws))
+    sq = (draws - mean) ** 2
+    z_var = (sq.mean(axis=(0, 1)) - var) / np.sqrt(var**2 * 2.0 / ess_bulk(sq))
+    return z_mean, z_var
+
+
+def joint_zscores(hypers, fields, ref):
+    """z-scores of theta's mean and variance, and of every field coordinate's."""
+    theta = np.stack([hypers[n] for n in HYPERS], -1).swapaxes(0, 1)  # [chain, draw, 2]
+    mean, var = ref.field_moments()
+    modes = np.fft.rfftn(np.moveaxis(fields, 0, 1), axes=(2, 3, 4), norm="ortho")
+    return np.concatenate(_z(theta, ref.mean, ref.var)), np.concatenate(
+        _z(real_coordinates(modes), mean, var)
+    )
+
+
+# (kind, chains, warm-up, draws): ChEES adapts its trajectory from cross-chain
+# statistics; with 4 chains it stayed at short trajectories (field ESS ~5 in 1600 draws)
+RUNS = {
+    "hmc": (4, 200, 300),
+    "fieldnuts": (4, 150, 200),
+    "chees": (16, 200, 100),
+    "mams": (4, 200, 300),
+}
+
+
+@pytest.fixture(scope="module", params=list(RUNS))
+def run(request, problem):
+    model, data, ref = problem
+    chains, burnin, results = RUNS[request.param]
+    hypers, fields, summary = sample_joint(
+        model, data, request.param, results, chains, num_burnin_steps=burnin
+    )
+    return request.param, hypers, fields, summary, ref
+
+
+def test_quadrature_reference_is_the_marginal_of_the_model(problem):
+    """The target at z = 0 is log p(theta) + log p(d | theta) - N/2 ln 2 pi exactly
+    (unmasked uniform noise: the latent is white given theta), so its differences over
+    theta nodes equal the quadrature's log posterior differences."""
+    model, data, ref = problem
+    target = model.target_log_prob_fn(data)
+    nodes = ref.nodes[np.argsort(ref.weights)[-5:]]
+    z0 = tf.zeros([5, *GRID.grid_shape], tf.float64)
+    lp = target(tf.constant(nodes[:, 0]), tf.constant(nodes[:, 1]), z0).numpy()
+    loc = np.array([PRIORS[n][0] for n in HYPERS])
+    scale = np.array([PRIORS[n][1] for n in HYPERS])
+    expected = ref._log_post(nodes[:, 0], nodes[:, 1], loc, scale)
+    # the quadrature drops 2 pi: N/2 ln 2 pi of the data's density and N/2 of N(z; 0, I)
+    expected = expected - GRID.num_cells * np.log(2 * np.pi)
+    np.testing.assert_allclose(lp, expected, rtol=1e-10)
+    # and white in z: a random z lowers it by exactly |z|^2 / 2
+    z = np.random.default_rng(0).standard_normal((5, *GRID.grid_shape))
+    lp_z = target(tf.constant(nodes[:, 0]), tf.constant(nodes[:, 1]), tf.constant(z)).numpy()
+    np.testing.assert_allclose(lp_z - lp, -0.5 * (z**2).sum(axis=(1, 2, 3)), rtol=1e-9)
+
+
+def test_hyperparameters_and_field_match_the_exact_posterior(run):
+    kind, hypers, fields, _, ref = run
+    z_theta, z_field = joint_zscores(hypers, fields, ref)
+    assert np.all(np.abs(z_theta) < 4.0), f"{kind}: theta z-scores {np.round(z_theta, 2)}"
+    ok, msg = _looks_standard_normal(z_field)
+    assert ok, f"{kind}: field {msg}"
+
+
+def test_the_joint_z_test_has_power(problem):
+    """Draws of theta 15% too wide, and fields from a Wiener posterior at the prior mean
+    of theta (not mixed), fail the same tests."""
+    _, _, ref = problem
+    rng = np.random.default_rng(1)
+    shape = (400, 4)
+    wide = {
+        n: ref.mean[i] + 1.15 * np.sqrt(ref.var[i]) * rng.standard_normal(shape)
+        for i, n in enumerate(HYPERS)
+    }
+    exact = {
+        n: ref.mean[i] + np.sqrt(ref.var[i]) * rng.standard_normal(shape)
+        for i, n in enumerate(HYPERS)
+    }
+    s = ref.signal(np.array([PRIORS["log_amplitude"][0]]), np.array([PRIORS["index"][0]]))[0]
+    gain = s / (s + SIGMA**2)
+    noise = rng.standard_normal((*shape, *GRID.grid_shape))
+    noise_modes = np.fft.rfftn(noise, axes=(2, 3, 4), norm="ortho") * np.sqrt(gain * SIGMA**2)
+    fields = np.fft.irfftn(
+        gain * ref.d_modes + noise_modes, s=GRID.grid_shape, axes=(2, 3, 4), norm="ortho"
+    )
+    z_theta, z_field = joint_zscores(wide, fields, ref)
+    assert np.max(np.abs(z_theta)) > 4.0 or not _looks_standard_normal(z_field)[0]
+    assert not _looks_standard_normal(z_field)[0]
+    z_theta, _ = joint_zscores(exact, fields, ref)
+    assert np.all(np.abs(z_theta) < 4.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(RUNS))
+def test_longer_runs_match_the_exact_posterior(problem, kind):
+    """Four times the draws (smaller MCSE, so a smaller bias would show)."""
+    model, data, ref = problem
+    chains, burnin, results = RUNS[kind]
+    hypers, fields, _ = sample_joint(model, data, kind, 4 * results, chains, seed=23)
+    z_theta, z_field = joint_zscores(hypers, fields, ref)
+    assert np.all(np.abs(z_theta) < 4.0), f"{kind}: theta z-scores {np.round(z_theta, 2)}"
+    ok, msg = _looks_standard_normal(z_field)
+    assert ok, f"{kind}: field {msg}"
