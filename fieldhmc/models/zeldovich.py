@@ -166,7 +166,14 @@ class ZeldovichForward:
         """
         factor = tf.ones([], tf.float64)
         for value, fixed in ((growth, self.growth), (bias, self.bias)):
-            factor = factor * tf.cast(fixed if value is None else value, tf.float64)
+            value = fixed if value is None else value
+            # a Python float as a float64 constant: tf.cast would round it through float32
+            value = (
+                tf.cast(value, tf.float64)
+                if tf.is_tensor(value)
+                else tf.constant(value, tf.float64)
+            )
+            factor = factor * value
         factor = tf.reshape(factor, tf.concat([tf.shape(factor), [1, 1, 1]], 0))
         return factor * tf.constant(self._unit_gain, tf.float64)
 
