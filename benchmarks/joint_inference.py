@@ -151,8 +151,10 @@ def main(argv: list[str] | None = None) -> dict:
 
 def print_ratios(rows: dict) -> None:
     """Each sampled row over the same kernel's fixed-hyperparameter rows."""
-    best = min((r["grads_per_min_ess"], p, k) for (p, h, k), r in rows.items() if h == "sample")
-    print(f"best sampled row: {best[2]} / {best[1]}, {best[0]:.1f} gradients per min-ESS")
+    sampled = [(r["grads_per_min_ess"], p, k) for (p, h, k), r in rows.items() if h == "sample"]
+    if sampled:
+        best = min(sampled)
+        print(f"best sampled row: {best[2]} / {best[1]}, {best[0]:.1f} gradients per min-ESS")
     for (p, h, k), r in rows.items():
         if h != "sample":
             continue
