@@ -138,7 +138,17 @@ def _check_gaussian(model, data) -> np.ndarray:
 
 
 def _latent_scales(model) -> tuple[np.ndarray, np.ndarray]:
-    """``t`` (delta = Q T x_nc) and ``c`` (x_c = c x_nc), float64 flat ``[N]``."""
+    """``t`` (delta = Q T x_nc) and ``c`` (x_c = c x_nc), float64 flat ``[N]``.
+
+    Only for the data-free parametrisations: a ``conditional`` latent is measured from
+    the data's surrogate posterior, so these scales would silently describe another
+    coordinate (write the model non-centred for latent-space references).
+    """
+    if model.parametrization not in ("noncentred", "centred"):
+        raise ValueError(
+            f"the Wiener posterior in latent coordinates needs the noncentred or centred "
+            f"parametrisation, got {model.parametrization!r} (its latent depends on the data)"
+        )
     s_real = model.signal_variance_np().reshape(-1)[model.packing.mode_of_real]
     is_mean = model.packing.mode_of_real == 0
     t = np.where(is_mean, 0.0, np.sqrt(s_real))

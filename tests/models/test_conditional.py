@@ -241,3 +241,16 @@ def test_default_parametrisations_are_unchanged_by_the_data_constants():
         model, _ = build_model("even", "gaussian", par, True)
         data = model.sample(seed=[1, 1])["data"].numpy()
         assert "surrogate_re" not in model.target_log_prob_fn(data)._data_constants()
+
+
+def test_latent_wiener_references_refuse_the_conditional_latent():
+    """wiener/dense posteriors in latent coordinates assume a data-free latent: refused."""
+    from fieldhmc.models import dense_posterior
+
+    grid = Grid((4, 4, 4), (50.0, 50.0, 50.0))
+    lik = GaussianLikelihood(grid, 0.4)
+    model = ForwardFieldModel(
+        grid, make_power(), lik, parametrization="conditional", dtype=tf.float64
+    )
+    with pytest.raises(ValueError, match="latent depends on the data"):
+        dense_posterior(model, np.zeros(grid.grid_shape))
