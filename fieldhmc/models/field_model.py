@@ -483,7 +483,12 @@ class FieldModel(abc.ABC):
         """:math:`\\mu_k + \\sqrt{w_k} Z_k` times ``factor`` (``conditional`` parametrisations)."""
         s, r, q = self._surrogate(hp, c)
         f = tf.constant(factor, tf.float64)
-        scale = tf.cast(f * tf.sqrt(s / (1.0 + q)), self.dtype)
+        # sqrt(w) only where w > 0: at the mean mode (w = 0) sqrt's gradient is infinite,
+        # and XLA turned its product with a zero upstream gradient into NaN for every
+        # parameter R depends on (a sampled growth or bias)
+        w = tf.where(c["is_pos"], s / (1.0 + q), tf.ones_like(s))
+        root = tf.where(c["is_pos"], tf.sqrt(w), tf.zeros_like(w))
+        scale = tf.cast(f * root, self.dtype)
         re, im = tf.math.real(z) * scale, tf.math.imag(z) * scale
         if self.parametrization == "conditional":
             if lc is None or "surrogate_re" not in lc:
