@@ -637,7 +637,9 @@ class FieldModel(abc.ABC):
         a = tf.cast(tf.math.rsqrt(1.0 + q), self.dtype)
         re, im = tf.math.real(z) * a, tf.math.imag(z) * a
         if self.parametrization == "conditional":
-            coef = tf.cast(tf.sqrt(s) * r / (1.0 + q), self.dtype)
+            # sqrt(s) where s > 0 only (see _conditional_modes: sqrt's gradient at 0)
+            root_s = tf.where(c["is_pos"], tf.sqrt(tf.where(c["is_pos"], s, 1.0)), 0.0)
+            coef = tf.cast(root_s * r / (1.0 + q), self.dtype)
             re = re + coef * lc["surrogate_re"]
             im = im + coef * lc["surrogate_im"]
         quad = reduce_sum_float64(c["hermitian_weights"] * (tf.square(re) + tf.square(im)))
