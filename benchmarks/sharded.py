@@ -65,11 +65,11 @@ def _state(target, n: int, mesh):
     """A standard-normal state made on the devices (no host copy of the field)."""
     import tensorflow as tf
 
-    from fieldhmc.samplers.sharded import _global_index, _key, index_normal
+    from fieldhmc.samplers.counter_random import global_index, index_normal, key
 
-    index = _global_index((CHAINS, n, n, n), mesh)
+    index = global_index((CHAINS, n, n, n), mesh)
     return tf.function(
-        lambda: index_normal(index, _key(0, tf.constant(0, tf.int64), 0), tf.float32)
+        lambda: index_normal(index, key(0, tf.constant(0, tf.int64), 0), tf.float32)
     )()
 
 
@@ -164,13 +164,9 @@ def driver_timing(grids, repeats: int, transitions: int = 10, leapfrog: int = 4)
     from fieldhmc.models.sharded import ShardedGaussianTarget
     from fieldhmc.ops import sharded
     from fieldhmc.samplers import MemorySink, SamplerSettings
-    from fieldhmc.samplers.sharded import (
-        ShardedFieldOutputs,
-        ShardedSampler,
-        _base_key,
-        _host,
-        make_hmc_transition,
-    )
+    from fieldhmc.samplers.counter_random import base_key as _base_key
+    from fieldhmc.samplers.reductions import host as _host
+    from fieldhmc.samplers.sharded import ShardedFieldOutputs, ShardedSampler, make_hmc_transition
     from fieldhmc.workflow import tracked_mode_indices
 
     sharded.make_mesh(4)

@@ -57,10 +57,12 @@ from fieldhmc.seeds import stateless_seed
 CHECKPOINT_LAYOUT = 2
 
 __all__ = [
+    "ChunkRunner",
     "FieldOutputs",
     "Sampler",
     "SamplerSettings",
     "TraceSink",
+    "XlaChunkRunner",
     "adaptation_windows",
     "field_stats_every",
     "stateless_seed",
@@ -351,6 +353,65 @@ class _Carry:
         )
 
 
+class ChunkRunner(Protocol):
+    """What :meth:`Sampler.run` calls to run chunks: one implementation per backend.
+
+    Attributes
+    ----------
+    carry
+        The state between chunks (``load/read/assign/numpy/shapes/dtype`` of
+        :class:`_Carry`): latent ``x`` per part, kernel ``results``, field moments
+        ``fw`` and latent moments ``lw``.
+    lp64 : callable
+        ``x_parts -> [chains]`` float64 log density at (the carried) ``x``.
+    bootstrap : callable
+        ``(u_parts, scales, reference, step_size) -> results`` (a checkpoint's template).
+    chunk : callable
+        ``(scales, reference, delta, seed, start, num_steps) -> (traces, field_buf,
+        num_fields)``: ``num_steps`` transitions from the carried state, which it updates.
+    scales_tensors : callable
+        ``(scales, dtype) -> list``: the metric as the chunk takes it.
+    fresh_state : callable
+        ``init_state -> _RunState``: validate and load a fresh state into ``carry``.
+    """
+
+    carry: _Carry
+    lp64: Callable
+    bootstrap: Callable
+    chunk: Callable
+    scales_tensors: Callable
+    fresh_state: Callable
+
+
+class XlaChunkRunner:
+    """The single-device runner: each piece ``tf.function(jit_compile=True)``-compiled
+    once, the carried state in ``tf.Variable`` s the compiled chunk updates in place.
+
+    Parameters
+    ----------
+    lp64_fn, bootstrap_fn, chunk_fn : callable
+        The pieces (:class:`ChunkRunner`) before compilation.
+    fresh_state_fn : callable
+        ``init_state -> _RunState``.
+    """
+
+    def __init__(self, lp64_fn, bootstrap_fn, chunk_fn, fresh_state_fn):
+        # Every gradient of these is taken inside their traces: what the model's custom
+        # gradients register there is dropped, so that the traced graphs -- with the
+        # carried variables and the model's captured constants -- die with the sampler
+        # (TF leaks them otherwise: fieldhmc.ops.gradient_registry).
+        compile_fn = functools.partial(tf.function, jit_compile=True, autograph=False)
+        self.lp64 = compile_fn(releases_custom_gradients(lp64_fn))
+        self.bootstrap = compile_fn(releases_custom_gradients(bootstrap_fn))
+        self.chunk = compile_fn(releases_custom_gradients(chunk_fn))
+        self.fresh_state = fresh_state_fn
+        self.carry = _Carry()
+
+    @staticmethod
+    def scales_tensors(scales, dtype) -> list:
+        return [tf.constant(sc, dtype) for sc in scales]
+
+
 class Sampler:
     """Multi-chain HMC/NUTS over whitened coordinates, compiled once, run in chunks.
 
@@ -368,15 +429,11 @@ class Sampler:
     field_outputs : FieldOutputs, optional
         Field draws, running mean/variance, per-draw P(k) and tracked modes.
 
-    Notes
-    -----
-    Extension: :meth:`run` (chunk bounds, checkpoints, sinks, progress) only calls
-    ``_fresh_state``, ``_restore`` (through ``_bootstrap``, ``_to_u`` and
-    ``_scales_tensors``), ``_lp64``, ``_chunk``, ``_emit``, ``_summary`` and the
-    carry's ``load/read/numpy/shapes/dtype``. A subclass that replaces these compiled
-    pieces with the same signatures runs through the same loop:
-    :class:`fieldhmc.samplers.sharded.ShardedSampler` does so for state on a DTensor
-    mesh (which XLA cannot compile). Keep those signatures when changing them here.
+    runner : ChunkRunner, optional
+        What runs the chunks and holds the carried state: :class:`XlaChunkRunner` (the
+        default, this class's XLA-compiled pieces) or a runner for state on a DTensor
+        mesh (:class:`fieldhmc.samplers.sharded.MeshChunkRunner`). :meth:`run` (chunk
+        bounds, checkpoints, sinks, progress) is the same for both.
     """
 
     def __init__(
@@ -386,22 +443,21 @@ class Sampler:
         part_names: Sequence[str],
         scales: Sequence[np.ndarray],
         field_outputs: FieldOutputs | None = None,
+        runner: ChunkRunner | None = None,
     ):
         self.target_log_prob_fn = target_log_prob_fn
         self.settings = settings
         self.part_names = tuple(part_names)
         self.initial_scales = [np.asarray(s) for s in scales]
         self.field_outputs = field_outputs
-        # Every gradient of these is taken inside their traces: what the model's custom
-        # gradients register there is dropped, so that the traced graphs -- with the
-        # carried variables and the model's captured constants -- die with the sampler
-        # (TF leaks them otherwise: fieldhmc.ops.gradient_registry).
-        compile_fn = functools.partial(tf.function, jit_compile=True, autograph=False)
-        self._lp64 = compile_fn(releases_custom_gradients(self._lp64_impl))
-        self._bootstrap = compile_fn(releases_custom_gradients(self._bootstrap_impl))
-        self._chunk = compile_fn(releases_custom_gradients(self._chunk_impl))
+        if runner is None:
+            runner = XlaChunkRunner(
+                self._lp64_impl, self._bootstrap_impl, self._chunk_impl, self._xla_fresh_state
+            )
+        self.runner = runner
+        self._lp64, self._bootstrap, self._chunk = runner.lp64, runner.bootstrap, runner.chunk
         self._field_slots: int | None = None  # set by run() before the first trace
-        self._carry = _Carry()  # loaded by run(); the compiled chunk updates it in place
+        self._carry = runner.carry  # loaded by run(); the chunk updates it in place
 
     # -- compiled pieces -------------------------------------------------------------
     def _kernel(self, scales, reference, dtype, step_size):
@@ -606,7 +662,7 @@ class Sampler:
         return [tf.constant(xi / si, dtype=xi.dtype) for xi, si in zip(x, scales, strict=True)]
 
     def _scales_tensors(self, scales, dtype):
-        return [tf.constant(sc, dtype) for sc in scales]
+        return self.runner.scales_tensors(scales, dtype)
 
     def _scale_tensors(self, rs: _RunState) -> list:
         """``rs.scales`` as tensors, made once per metric and kept in ``rs``: made per
@@ -616,6 +672,9 @@ class Sampler:
         return rs.scale_tensors
 
     def _fresh_state(self, init_state: Iterable[np.ndarray]) -> _RunState:
+        return self.runner.fresh_state(init_state)
+
+    def _xla_fresh_state(self, init_state: Iterable[np.ndarray]) -> _RunState:
         x = [np.asarray(p) for p in init_state]
         if x[0].shape[0] != self.settings.num_chains:
             raise ValueError(

@@ -254,7 +254,19 @@ def _event_axes(x):
 
 
 def _dot(a, b):
+    """Per-chain ``sum(a * b)`` over the parts, in the state dtype (the single-device
+    kernels' reduction; :func:`dot64` is the mesh's)."""
     return sum(tf.reduce_sum(ai * bi, axis=_event_axes(ai)) for ai, bi in zip(a, b, strict=True))
+
+
+def dot64(a, b):
+    """Per-chain ``sum(a * b)`` over the parts as a float64 sum. On a DTensor mesh the
+    sum over the sharded axis is a global one (DTensor inserts the all-reduce): the
+    reduction of every field-sized dot product of the mesh path."""
+    return sum(
+        tf.reduce_sum(tf.cast(ai, tf.float64) * tf.cast(bi, tf.float64), axis=_event_axes(ai))
+        for ai, bi in zip(a, b, strict=True)
+    )
 
 
 def _bcast(c, x):
@@ -262,9 +274,14 @@ def _bcast(c, x):
     return tf.reshape(c, [-1] + [1] * (x.shape.rank - 1))
 
 
-def _normalize(v):
-    norm = tf.sqrt(_dot(v, v))
-    return [vi / _bcast(norm, vi) for vi in v]
+def _bcast_as(c, x):
+    """:func:`_bcast` in ``x``'s dtype (a no-op cast under the state-dtype reduction)."""
+    return _bcast(tf.cast(c, x.dtype), x)
+
+
+def _normalize(v, dot=_dot):
+    norm = tf.sqrt(dot(v, v))
+    return [vi / _bcast_as(norm, vi) for vi in v]
 
 
 def _dimension(parts) -> int:
@@ -296,40 +313,54 @@ def _all_finite(parts):
 # ---------------------------------------------------------------------------------
 
 
-def velocity_update(u, g, tau, dim: int):
+def velocity_update(u, g, tau, dim: int, dot=_dot):
     """ESH velocity update over time ``tau`` (``[]``) with gradient ``g``.
 
     Returns the new unit velocity and :math:`\\Delta K` per chain (see module docs).
+    ``dot`` is the per-chain reduction (:func:`_dot` on one device, :func:`dot64` on a
+    mesh); the scalars follow its dtype.
     """
-    dtype = g[0].dtype
-    g_norm = tf.sqrt(_dot(g, g))
+    g_norm = tf.sqrt(dot(g, g))
     safe = tf.where(g_norm > 0, g_norm, tf.ones_like(g_norm))
-    e = [gi / _bcast(safe, gi) for gi in g]
-    c = _dot(u, e)
-    delta = tau * g_norm / tf.cast(dim - 1, dtype)
+    e = [gi / _bcast_as(safe, gi) for gi in g]
+    c = dot(u, e)
+    delta = tau * g_norm / tf.cast(dim - 1, g_norm.dtype)
     zeta = tf.exp(-delta)
     a = (1.0 - zeta) * (1.0 + zeta + c * (1.0 - zeta))
-    raw = [_bcast(a, ei) * ei + _bcast(2.0 * zeta, ui) * ui for ei, ui in zip(e, u, strict=True)]
+    raw = [
+        _bcast_as(a, ei) * ei + _bcast_as(2.0 * zeta, ui) * ui for ei, ui in zip(e, u, strict=True)
+    ]
     dk = (delta - math.log(2.0) + tf.math.log(1.0 + c + (1.0 - c) * zeta**2)) * (dim - 1)
-    return _normalize(raw), dk
+    return _normalize(raw, dot), dk
 
 
-def _integrator_step(value_and_grad_fn, integrator: str, dim: int):
-    """One step of the chosen isokinetic integrator: ``(x, u, g, eps) -> (x, u, lp, g, dK)``."""
+def integrator_step(value_and_grad_fn, integrator: str, dim: int, dot=_dot):
+    """One step of the chosen isokinetic integrator: ``(x, u, g, eps) -> (x, u, lp, g, dK)``
+    over lists of parts (``eps`` in the reduction's dtype)."""
     b, a = INTEGRATORS[integrator]
 
     def step(x, u, g, eps):
         dk_total = 0.0
         lp = None
         for i, ai in enumerate(a):
-            u, dk = velocity_update(u, g, b[i] * eps, dim)
+            u, dk = velocity_update(u, g, b[i] * eps, dim, dot)
             dk_total = dk_total + dk
-            x = [xi + (ai * eps) * ui for xi, ui in zip(x, u, strict=True)]
+            x = [xi + tf.cast(ai * eps, xi.dtype) * ui for xi, ui in zip(x, u, strict=True)]
             lp, g = value_and_grad_fn(x)
-        u, dk = velocity_update(u, g, b[-1] * eps, dim)
+        u, dk = velocity_update(u, g, b[-1] * eps, dim, dot)
         return x, u, lp, g, dk_total + dk
 
     return step
+
+
+def partial_refresh(u, z, nu, dot=_dot):
+    """MCLMC's velocity refresh :math:`(u + \\nu z)/|u + \\nu z|` (``z`` standard normal)."""
+    return _normalize([ui + tf.cast(nu, ui.dtype) * zi for ui, zi in zip(u, z, strict=True)], dot)
+
+
+def refresh_scale(eps, big_l, dim: int):
+    """:math:`\\nu = \\sqrt{(e^{2 \\epsilon / L} - 1)/d}` of the partial refresh."""
+    return tf.sqrt((tf.exp(2.0 * eps / big_l) - 1.0) / dim)
 
 
 def _stage_bounds(num_adaptation_steps: int, fractions: Sequence[float]) -> list[int]:
@@ -381,6 +412,22 @@ def _subset(parts, k: int):
     return flat[:, ::stride][:, :k]
 
 
+class TunerFieldOps(NamedTuple):
+    """The field-sized operations of the staged tuners; everything else in ``_tune`` is
+    scalar. On one device they are the kernel's own (run inside the compiled chunk); the
+    mesh path (:mod:`fieldhmc.samplers.sharded_mclmc`) gives compiled DTensor versions
+    and runs the same ``_tune`` between its compiled steps.
+
+    ``moments(tuning, x, weight) -> tuning``: step-size-weighted Welford update;
+    ``total_variance(tuning) -> []``: :math:`\\sum_i \\mathrm{Var}[x_i]`;
+    ``record(tuning, x, index) -> tuning``: row ``index`` (clipped) of the stage-3 buffer.
+    """
+
+    moments: Callable
+    total_variance: Callable
+    record: Callable
+
+
 class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
     """Shared construction, bootstrap and tuning helpers."""
 
@@ -396,6 +443,7 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         desired_energy_var: float = 5e-4,
         target_accept_prob: float = 0.9,
         name: str | None = None,
+        field_ops: TunerFieldOps | None = None,
     ):
         if integrator not in INTEGRATORS:
             raise ValueError(f"integrator must be one of {tuple(INTEGRATORS)}, got {integrator!r}")
@@ -410,6 +458,10 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
             desired_energy_var=desired_energy_var,
             target_accept_prob=target_accept_prob,
             name=name,
+            field_ops=field_ops,
+        )
+        self._field_ops = field_ops or TunerFieldOps(
+            self._moments, self._total_variance, self._record
         )
 
     @property
@@ -529,11 +581,16 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
 
     @staticmethod
     def _record(tuning, x, index):
-        row = tf.cast(_subset(x, tuning.buffer.shape[-1]), tuning.buffer.dtype)
-        n = tuning.buffer.shape[0]
-        index = tf.clip_by_value(index, 0, n - 1)
-        buffer = tf.tensor_scatter_nd_update(tuning.buffer, [[index]], row[None])
-        return tuning._replace(buffer=buffer)
+        return write_buffer_row(tuning, _subset(x, tuning.buffer.shape[-1]), index)
+
+
+def write_buffer_row(tuning: MicrocanonicalTuning, row, index) -> MicrocanonicalTuning:
+    """Row ``index`` (clipped to the buffer) of stage 3's buffer set to ``row`` ``[chains, K]``."""
+    row = tf.cast(row, tuning.buffer.dtype)
+    n = tuning.buffer.shape[0]
+    index = tf.clip_by_value(index, 0, n - 1)
+    buffer = tf.tensor_scatter_nd_update(tuning.buffer, [[index]], row[None])
+    return tuning._replace(buffer=buffer)
 
 
 class MicrocanonicalLangevin(_MicrocanonicalBase):
@@ -568,16 +625,16 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         dim = _dimension(x0)
         dtype = x0[0].dtype
         eps, big_l = r.step_size, r.trajectory_length
-        step = _integrator_step(self._value_and_grad, self.integrator, dim)
+        step = integrator_step(self._value_and_grad, self.integrator, dim)
         x, u, lp, g, dk = step(x0, r.velocity, r.grads_target_log_prob, eps)
         # Partial refresh: nu = sqrt((exp(2 eps / L) - 1) / d).
-        nu = tf.sqrt((tf.exp(2.0 * eps / big_l) - 1.0) / dim)
+        nu = refresh_scale(eps, big_l, dim)
         zs = tfp.random.split_seed(refresh_seed, n=len(x))
         z = [
             tf.random.stateless_normal(tf.shape(xi), seed=s, dtype=dtype, alg=_RNG_ALG)
             for xi, s in zip(x, zs, strict=True)
         ]
-        u = _normalize([ui + nu * zi for ui, zi in zip(u, z, strict=True)])
+        u = partial_refresh(u, z, nu)
         energy_change = dk - lp + r.target_log_prob
         finite = _all_finite(x) & tf.math.is_finite(lp) & tf.math.is_finite(energy_change)
         x = _select(finite, x, x0)
@@ -641,15 +698,15 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         # Stage 2: moments -> L = sqrt(sum Var[x_i]).
         in2 = (t >= end1) & (t < end2)
         w = tf.where(in2 & all_finite, eps, tf.zeros([], dtype))
-        tuning = self._moments(tuning, x, w)
+        tuning = self._field_ops.moments(tuning, x, w)
         if end2 - end1 > 1:
-            big_l = tf.where(t == end2 - 1, tf.sqrt(self._total_variance(tuning)), big_l)
+            big_l = tf.where(t == end2 - 1, tf.sqrt(self._field_ops.total_variance(tuning)), big_l)
         # Stage 3: autocorrelation of a coordinate subset -> L = 0.4 eps tau.
         if end3 - end2 >= 2:
             eps_new, tuning = self._enforce_tolerance(
                 t, eps_new, energy_change, finite, dim, tuning
             )
-            tuning = self._record(tuning, x, t - end2)
+            tuning = self._field_ops.record(tuning, x, t - end2)
             big_l = tf.cond(
                 t == end3 - 1,
                 lambda: tf.cast(
@@ -722,7 +779,7 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         eps, big_l = r.step_size, r.trajectory_length
         num_steps = _num_integration_steps(big_l / eps, length_seed)
         u0 = _unit_vector(x0, velocity_seed)
-        step = _integrator_step(self._value_and_grad, self.integrator, dim)
+        step = integrator_step(self._value_and_grad, self.integrator, dim)
 
         def body(i, x, u, lp, g, dk):
             x, u, lp, g, d = step(x, u, g, eps)
@@ -805,9 +862,11 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         # Stage 2: moments -> L.
         in2 = (t >= end1) & (t < end2)
         w = tf.where(in2 & tf.reduce_all(finite), eps, tf.zeros([], dtype))
-        tuning = self._moments(tuning, x, w)
+        tuning = self._field_ops.moments(tuning, x, w)
         if end2 - end1 > 1:
-            change = tf.clip_by_value(1.3 * tf.sqrt(self._total_variance(tuning)) / l_new, 0.0, 2.0)
+            change = tf.clip_by_value(
+                1.3 * tf.sqrt(self._field_ops.total_variance(tuning)) / l_new, 0.0, 2.0
+            )
             at2 = t == end2 - 1
             l_new = tf.where(at2, l_new * change, l_new)
             # The dual-averaged step is kept (BlackJAX scales it with L, which at the
@@ -816,7 +875,7 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         # Stage 3: autocorrelation of the slowest recorded coordinate -> L, never below
         # the moment-stage L.
         if end3 - end2 >= 2:
-            tuning = self._record(tuning, x, t - end2)
+            tuning = self._field_ops.record(tuning, x, t - end2)
             l_new = tf.cond(
                 t == end3 - 1,
                 lambda: tf.clip_by_value(
@@ -863,8 +922,14 @@ def _replace_if(cond, tuning: MicrocanonicalTuning, **values) -> MicrocanonicalT
 
 def _num_integration_steps(mean_steps, seed):
     """:math:`N = \\lceil U s \\rceil` with :math:`\\mathbb E[N]` = ``mean_steps`` (>= 1)."""
+    u = tf.random.stateless_uniform([], seed, dtype=mean_steps.dtype, alg=_RNG_ALG)
+    return num_integration_steps(mean_steps, u)
+
+
+def num_integration_steps(mean_steps, uniform):
+    """:math:`N = \\lceil U s \\rceil` for the uniform :math:`U` = ``uniform``, with ``s``
+    such that :math:`\\mathbb E[N]` = ``mean_steps`` (>= 1) (BlackJAX's ``rescale``)."""
     mu = tf.maximum(mean_steps, tf.ones_like(mean_steps))
     k = tf.floor(2.0 * mu - 1.0)
     s = k + k * (mu - 0.5 * (k + 1.0)) / (k + 1.0 - mu)
-    u = tf.random.stateless_uniform([], seed, dtype=mean_steps.dtype, alg=_RNG_ALG)
-    return tf.maximum(tf.cast(tf.math.ceil(u * s), tf.int32), 1)
+    return tf.maximum(tf.cast(tf.math.ceil(uniform * s), tf.int32), 1)

@@ -5,7 +5,8 @@ the log density and the kinetic energy are global float64 sums. The transition i
 plain Metropolis-adjusted HMC (leapfrog, identity metric, a fixed number of steps,
 one Metropolis test per chain) written with ops DTensor can shard, compiled once
 with ``tf.function`` (DTensor programs are not XLA-compiled); the driver adapts its
-step size during warm-up by dual averaging on the host (:func:`dual_averaging_update`).
+step size during warm-up by TFP's ``DualAveragingStepSizeAdaptation`` (the single-device
+``hmc``'s), run eagerly on the replicated scalars between the compiled transitions.
 
 :class:`ShardedSampler` runs it through the driver's
 :meth:`fieldhmc.samplers.driver.Sampler.run` -- the same chunks, checkpoints,
@@ -24,35 +25,39 @@ one ``tf.while_loop`` under XLA. DTensor programs cannot be XLA-compiled, and a
 upstream issue found). The sharded chunk therefore calls one compiled transition
 per step from Python; it never retraces (the step and keys are tensors).
 
-**Sharding-invariant random numbers.** TensorFlow's stateless random ops give a
-DTensor sharded along an axis *different* numbers from an unsharded tensor (DTensor
-folds the device id into the seed), so a 4-device run could never reproduce a
-1-device one. The momenta and Metropolis uniforms are therefore a counter-based
-generator of the element's global index: SplitMix64 (Steele, Lea & Flood 2014) of
-``key(seed, step) + index``, two 53-bit uniforms per element, Box-Muller. Each
-device computes its own slab's numbers from the slab's global indices, so the
-draws do not depend on the mesh, and step ``t`` (over warm-up and sampling) depends
-on ``(seed, t)`` only, so a resumed run replays an uninterrupted one.
+**Sharding-invariant random numbers**: the momenta and Metropolis uniforms are
+counter-based (:mod:`fieldhmc.samplers.counter_random`), so the draws do not depend
+on the mesh and a resumed run replays an uninterrupted one.
 
 References
 ----------
 1. Neal (2011), "MCMC using Hamiltonian dynamics", arXiv:1206.1901.
-2. Steele, Lea & Flood (2014), "Fast splittable pseudorandom number generators",
-   OOPSLA 2014, doi:10.1145/2660193.2660195.
+2. Hoffman & Gelman (2014), "The No-U-Turn Sampler", arXiv:1111.4246 (dual averaging).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_probability as tfp
 from tensorflow.experimental import dtensor
 
 from fieldhmc.ops import sharded
+from fieldhmc.samplers.counter_random import (
+    ACCEPT_HMC,
+    MOMENTUM,
+    base_key,
+    global_index,
+    index_normal,
+    seed_int,
+    splitmix64,
+    step_key,
+    uniform53,
+)
 from fieldhmc.samplers.driver import (
     STAT_NAMES,
     Sampler,
@@ -61,113 +66,25 @@ from fieldhmc.samplers.driver import (
     _welford_update,
     _zero_welford,
     field_stats_every,
-    tuned_parameters,
 )
 from fieldhmc.samplers.kernels import (
     MAX_ENERGY_ERROR,
     MICROCANONICAL_KINDS,
     default_target_accept_prob,
 )
+from fieldhmc.samplers.reductions import host as _host
+from fieldhmc.samplers.reductions import replicate as _replicate
+from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonical, ShardedMicrocanonicalResults
 
 __all__ = [
     "ShardedFieldOutputs",
-    "dual_averaging_update",
     "ShardedHMCResult",
     "ShardedHMCResults",
+    "MeshChunkRunner",
     "ShardedSampler",
-    "index_normal",
     "make_hmc_transition",
     "run_sharded_hmc",
 ]
-
-_GOLDEN = 0x9E3779B97F4A7C15
-_M1 = 0xBF58476D1CE4E5B9
-_M2 = 0x94D049BB133111EB
-
-
-def _u64(v: int) -> tf.Tensor:
-    return tf.constant(v, tf.uint64)
-
-
-def _splitmix64(z: tf.Tensor) -> tf.Tensor:
-    z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, _u64(30))) * _u64(_M1)
-    z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, _u64(27))) * _u64(_M2)
-    return tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, _u64(31)))
-
-
-def _uniform53(h: tf.Tensor) -> tf.Tensor:
-    """float64 in [0, 1) from the top 53 bits."""
-    return tf.cast(tf.bitwise.right_shift(h, _u64(11)), tf.float64) * (2.0**-53)
-
-
-def _base_key(seed: int, stream: int) -> tf.Tensor:
-    """uint64 scalar per (seed, stream): 0 momenta, 1 Metropolis uniforms."""
-    return _splitmix64(_u64((int(seed) * _GOLDEN + stream) % 2**64))
-
-
-def _step_key(base: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
-    return _splitmix64(base + tf.cast(step, tf.uint64) * _u64(_GOLDEN))
-
-
-def _key(seed: int, step: tf.Tensor, stream: int) -> tf.Tensor:
-    return _step_key(_base_key(seed, stream), step)
-
-
-def index_normal(index: tf.Tensor, key: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
-    """Standard normals that are a function of each element's global ``index`` only.
-
-    Parameters
-    ----------
-    index : tf.Tensor
-        uint64 global linear indices (any shape/layout).
-    key : tf.Tensor
-        uint64 scalar (per seed and step).
-    dtype : tf.DType
-        Output dtype (computed in float64).
-    """
-    h1 = _splitmix64(key + index * _u64(2))
-    h2 = _splitmix64(key + index * _u64(2) + _u64(1))
-    u1 = 1.0 - _uniform53(h1)  # (0, 1]
-    u2 = _uniform53(h2)
-    z = tf.sqrt(-2.0 * tf.math.log(u1)) * tf.cos(2.0 * np.pi * u2)
-    return tf.cast(z, dtype)
-
-
-def _global_index(shape: tuple[int, ...], mesh: dtensor.Mesh | None) -> tf.Tensor:
-    """uint64 C-order index of every element of ``[chains, n0, n1, n2]``, laid out as slabs.
-
-    Built by broadcasting per-axis ranges, so no device holds more than its slab.
-    """
-    c, n0, n1, n2 = shape
-    ranges = [
-        np.arange(c, dtype=np.uint64).reshape(c, 1, 1, 1) * np.uint64(n0 * n1 * n2),
-        np.arange(n0, dtype=np.uint64).reshape(1, n0, 1, 1) * np.uint64(n1 * n2),
-        np.arange(n1, dtype=np.uint64).reshape(1, 1, n1, 1) * np.uint64(n2),
-        np.arange(n2, dtype=np.uint64).reshape(1, 1, 1, n2),
-    ]
-    if mesh is None:
-        parts = [tf.constant(r) for r in ranges]
-    else:
-        rep = dtensor.Layout.replicated(mesh, 4)
-        parts = [dtensor.copy_to_mesh(tf.constant(r), rep) for r in ranges]
-        parts[1] = dtensor.relayout(parts[1], sharded.slab_layout(mesh))
-    return ((parts[0] + parts[1]) + parts[2]) + parts[3]
-
-
-def _replicate(value, mesh: dtensor.Mesh | None) -> tf.Tensor:
-    t = tf.convert_to_tensor(value)
-    if mesh is None:
-        return t
-    return dtensor.copy_to_mesh(t, dtensor.Layout.replicated(mesh, t.shape.rank))
-
-
-def _host(t) -> np.ndarray:
-    """A (DTensor or plain) tensor's global value as a NumPy copy."""
-    if isinstance(t, np.ndarray):
-        return np.array(t, copy=True)
-    if dtensor.is_dtensor(t):
-        return np.array(sharded.gather(t), copy=True)
-    return np.array(t.numpy(), copy=True)
 
 
 def make_hmc_transition(
@@ -198,13 +115,14 @@ def make_hmc_transition(
     callable
         ``one_step(x, lp, grad, step_size, momentum_base, accept_base, step) ->
         (x, lp, grad, energy, energy_error, is_accepted)``: ``step_size`` a scalar of
-        ``dtype``, the two bases uint64 scalars (:func:`_base_key`), ``step`` int64;
+        ``dtype``, the two bases uint64 scalars
+        (:func:`~fieldhmc.samplers.counter_random.base_key`), ``step`` int64;
         ``energy`` is :math:`-\\log p(x_{t-1}) + K(p_0)`, ``energy_error``
         :math:`H_1 - H_0`, both float64 ``[chains]``.
     """
     if num_leapfrog_steps < 1:
         raise ValueError(f"num_leapfrog_steps must be >= 1, got {num_leapfrog_steps}")
-    index = _global_index(tuple(int(n) for n in shape), mesh)
+    index = global_index(tuple(int(n) for n in shape), mesh)
     chains = int(shape[0])
     chain_index = _replicate(np.arange(chains, dtype=np.uint64), mesh)
 
@@ -215,7 +133,7 @@ def make_hmc_transition(
     def one_step(x, lp, grad, step_size, momentum_base, accept_base, step):
         eps = tf.cast(step_size, dtype)
         half = 0.5 * eps
-        p = index_normal(index, _step_key(momentum_base, step), dtype)
+        p = index_normal(index, step_key(momentum_base, step), dtype)
         h0 = -lp + kinetic(p)
         xn, pn, gn, lpn = x, p + half * grad, grad, lp
         for i in range(num_leapfrog_steps):
@@ -223,7 +141,7 @@ def make_hmc_transition(
             lpn, gn = value_and_gradient_fn(xn)
             pn = pn + (eps if i < num_leapfrog_steps - 1 else half) * gn
         h1 = -lpn + kinetic(pn)
-        uniform = _uniform53(_splitmix64(_step_key(accept_base, step) + chain_index))
+        uniform = uniform53(splitmix64(step_key(accept_base, step) + chain_index))
         log_u = tf.math.log(1.0 - uniform)
         energy_error = h1 - h0
         accept = log_u < -tf.where(tf.math.is_finite(energy_error), energy_error, np.inf)
@@ -311,7 +229,7 @@ def run_sharded_hmc(
         value_and_gradient_fn, shape, dtype, num_leapfrog_steps=num_leapfrog_steps, mesh=mesh
     )
     eps = _replicate(tf.constant(step_size, dtype), mesh)
-    bases = _base_key(seed, 0), _base_key(seed, 1)
+    bases = base_key(seed, MOMENTUM), base_key(seed, ACCEPT_HMC)
     x = init_state
     lp, grad = tf.function(value_and_gradient_fn, autograph=False)(x)
     lps, accepts, records = [], [], []
@@ -338,8 +256,8 @@ class ShardedHMCResults(NamedTuple):
     new_step_size : tf.Tensor
         Scalar: the leapfrog step the next transition uses (TFP's name).
     error_sum, log_averaging_step : tf.Tensor
-        float64 scalars: the dual-averaging state (TFP's names, see
-        :func:`dual_averaging_update`).
+        float64 scalars: the dual-averaging state (TFP's
+        ``DualAveragingStepSizeAdaptationResults`` names).
     """
 
     target_log_prob: tf.Tensor
@@ -349,47 +267,54 @@ class ShardedHMCResults(NamedTuple):
     log_averaging_step: tf.Tensor
 
 
-def dual_averaging_update(
-    step: int,
-    accept_prob: float,
-    step_size: float,
-    error_sum: float,
-    log_averaging_step: float,
-    *,
-    target_accept_prob: float,
-    initial_step_size: float,
-    num_adaptation_steps: int,
-) -> tuple[float, float, float]:
-    """One step of TFP's ``DualAveragingStepSizeAdaptation``, in float64 on the host.
+class _MeshHMCResults(NamedTuple):
+    """What TFP's dual averaging sees of a mesh HMC transition (replicated scalars as
+    plain host tensors)."""
 
-    Hoffman & Gelman's dual averaging (arXiv:1111.4246, Algorithm 5) with TFP's
-    defaults: shrinkage target :math:`\\mu = \\log(10 \\epsilon_0)`, :math:`\\gamma =
-    0.05`, :math:`t_0 = 10`, :math:`\\kappa = 0.75`; ``accept_prob`` is the mean of the
-    chains' acceptance probabilities (TFP's ``reduce_logmeanexp``). With
-    :math:`n = \\text{step} + 1` and :math:`H_n` the running sum of
-    ``target_accept_prob - accept_prob``:
+    target_log_prob: tf.Tensor
+    grad_target_log_prob: tf.Tensor
+    log_accept_ratio: tf.Tensor
+    step_size: tf.Tensor
+    energy: tf.Tensor = None
+    energy_error: tf.Tensor = None
+    is_accepted: np.ndarray = None
 
-    .. math:: \\log\\epsilon_n = \\mu - \\frac{\\sqrt n\\, H_n}{\\gamma (n + t_0)},\\qquad
-              \\log\\bar\\epsilon_n = n^{-\\kappa}\\log\\epsilon_n
-              + (1 - n^{-\\kappa}) \\log\\bar\\epsilon_{n-1}.
 
-    The step size is :math:`\\epsilon_n` while ``n < num_adaptation_steps``,
-    :math:`\\bar\\epsilon_n` at ``n == num_adaptation_steps`` and fixed afterwards.
+class _MeshHMC(tfp.mcmc.TransitionKernel):
+    """:func:`make_hmc_transition` as a TFP kernel, for TFP's step-size adaptation
+    (``seed``: the global step, which keys the counter-based draws)."""
 
-    Returns
-    -------
-    tuple of float
-        ``(new_step_size, error_sum, log_averaging_step)``.
-    """
-    n = step + 1
-    if n > num_adaptation_steps:
-        return step_size, error_sum, log_averaging_step
-    error_sum = error_sum + target_accept_prob - accept_prob
-    log_step = math.log(10.0 * initial_step_size) - error_sum * math.sqrt(n) / ((n + 10) * 0.05)
-    eta = n**-0.75
-    log_averaging_step = eta * log_step + (1.0 - eta) * log_averaging_step
-    new = log_step if n < num_adaptation_steps else log_averaging_step
-    return math.exp(new), error_sum, log_averaging_step
+    def __init__(self, one_step_fn, momentum_base, accept_base):
+        self._one_step_fn = one_step_fn
+        self._bases = momentum_base, accept_base
+        self._parameters = dict(
+            one_step_fn=one_step_fn, momentum_base=momentum_base, accept_base=accept_base
+        )
+
+    @property
+    def parameters(self):
+        return self._parameters
+
+    @property
+    def is_calibrated(self) -> bool:
+        return True
+
+    def bootstrap_results(self, init_state):
+        raise NotImplementedError("the mesh chunk builds the results from its carry")
+
+    def one_step(self, current_state, previous_kernel_results, seed=None):
+        r = previous_kernel_results
+        eps = r.step_size
+        x, lp, grad, energy, energy_error, accepted = self._one_step_fn(
+            current_state,
+            r.target_log_prob,
+            r.grad_target_log_prob,
+            tf.cast(eps, current_state.dtype),
+            *self._bases,
+            tf.constant(seed, tf.int64),
+        )
+        ee = tf.constant(_host(energy_error))
+        return x, _MeshHMCResults(lp, grad, -ee, eps, energy, ee, _host(accepted))
 
 
 @dataclass(frozen=True)
@@ -465,22 +390,35 @@ class _ShardedCarry:
         return tf.nest.map_structure(_host, self._parts[name])
 
 
-def _seed_int(seed) -> int:
-    """The int of :func:`fieldhmc.seeds.stateless_seed` (its inverse)."""
-    a, b = (int(v) for v in np.asarray(seed).reshape(-1))
-    return a | (b << 31)
-
-
 class ShardedSampler(Sampler):
-    """The chunked driver running HMC, MCLMC or MAMS on a sharded field.
+    """The chunked driver running HMC, MCLMC or MAMS on a sharded field: a
+    :class:`~fieldhmc.samplers.driver.Sampler` whose chunks a :class:`MeshChunkRunner`
+    runs. Parameters as :class:`MeshChunkRunner`'s."""
+
+    def __init__(
+        self,
+        target,
+        settings: SamplerSettings,
+        field_outputs: ShardedFieldOutputs | None = None,
+        random: str = "counter",
+    ):
+        runner = MeshChunkRunner(target, settings, field_outputs, random)
+        ones = np.ones((), target.dtype.as_numpy_dtype)
+        super().__init__(target, settings, ("field",), [ones], field_outputs, runner=runner)
+        self.target = target
+        self.mesh = target.mesh
+
+
+class MeshChunkRunner:
+    """The driver's chunks (:class:`~fieldhmc.samplers.driver.ChunkRunner`) for a state
+    on a DTensor mesh.
 
     :meth:`~fieldhmc.samplers.driver.Sampler.run` is the driver's own (chunks,
     checkpoint after every chunk, resume, trace and field sinks, progress,
-    TensorBoard); this class replaces the compiled pieces it calls: the state lives
-    on the mesh (:class:`_ShardedCarry`), a chunk loops over one compiled transition
-    (module docs), and the log density is carried in float64, so the driver's
-    re-centring offset is bookkeeping only. Checkpoints hold the gathered host
-    arrays (the state, its gradient, the field moments; for mclmc / mams also the
+    TensorBoard); the state lives on the mesh (:class:`_ShardedCarry`), a chunk loops
+    over one compiled transition (module docs), and the log density is carried in
+    float64, so the driver's re-centring offset is bookkeeping only. Checkpoints hold
+    the gathered host arrays (the state, its gradient, the field moments; for mclmc / mams also the
     velocity, the host tuning state and, while the tuner still reads them, its
     weighted moments and recorded coordinates) and are re-sharded on resume.
 
@@ -493,7 +431,7 @@ class ShardedSampler(Sampler):
         ``kind`` ``"hmc"``, ``"mclmc"`` or ``"mams"``; no jitter, no diagonal
         adaptation. ``hmc``: :func:`make_hmc_transition`, the step size adapted during
         warm-up by dual averaging toward ``target_accept_prob`` (as the single-device
-        ``hmc``; :func:`dual_averaging_update`), ``num_leapfrog_steps`` fixed.
+        ``hmc``: TFP's ``DualAveragingStepSizeAdaptation``), ``num_leapfrog_steps`` fixed.
         ``mclmc`` / ``mams``: :class:`fieldhmc.samplers.sharded_mclmc.ShardedMicrocanonical`,
         the kernels of :mod:`fieldhmc.samplers.mclmc` with their staged tuners (step
         size and ``L``) during warm-up; ``step_size``, ``trajectory_length``,
@@ -525,7 +463,7 @@ class ShardedSampler(Sampler):
             if bad:
                 raise ValueError(f"the sharded sampler needs {needed}")
         dtype = target.dtype
-        super().__init__(target, settings, ("field",), [np.ones((), dtype.as_numpy_dtype)])
+        self.settings = settings
         self.field_outputs = field_outputs
         self.target = target
         self.mesh = target.mesh
@@ -533,8 +471,6 @@ class ShardedSampler(Sampler):
         self._value_and_gradient = tf.function(target.value_and_gradient, autograph=False)
         self._micro = None
         if settings.kind in MICROCANONICAL_KINDS:
-            from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonical
-
             self._micro = ShardedMicrocanonical(
                 settings.kind,
                 target.value_and_gradient,
@@ -563,31 +499,26 @@ class ShardedSampler(Sampler):
         self._field_values = self._field_moments = None
         if field_outputs is not None:
             self._field_values, self._field_moments = self._make_field_stats()
-        # The driver's compiled pieces, replaced (Sampler's "Extension" note).
-        self._carry = _ShardedCarry(self.mesh, target.grid_shape)
-        self._lp64 = self._carried_log_prob
-        self._bootstrap = self._results_template
-        self._chunk = self._run_chunk if self._micro is None else self._run_microcanonical_chunk
+        self.carry = self._carry = _ShardedCarry(self.mesh, target.grid_shape)
+        self.chunk = self._run_chunk if self._micro is None else self._run_microcanonical_chunk
 
-    # -- what Sampler.run calls ------------------------------------------------------------
-    def _carried_log_prob(self, x_parts) -> tf.Tensor:
+    # -- the ChunkRunner interface -----------------------------------------------------------
+    def lp64(self, x_parts) -> tf.Tensor:
         """float64 ``[chains]`` at the carried state (carried, not recomputed)."""
         del x_parts
         return self._carry.read("results").target_log_prob
 
-    def _results_template(self, *args):
+    def bootstrap(self, *args):
         """The results' structure (for packing a checkpoint's arrays)."""
         del args
         if self._micro is not None:
-            from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonicalResults
-
             return ShardedMicrocanonicalResults(*[0] * len(ShardedMicrocanonicalResults._fields))
         return ShardedHMCResults(0, 0, 0, 0, 0)
 
-    def _scales_tensors(self, scales, dtype):
+    def scales_tensors(self, scales, dtype):
         return None  # identity metric
 
-    def _fresh_state(self, init_state: Sequence[np.ndarray]) -> _RunState:
+    def fresh_state(self, init_state: Sequence[np.ndarray]) -> _RunState:
         (x,) = (np.asarray(p) for p in init_state)
         if x.shape != self._shape:
             raise ValueError(f"initial state has shape {x.shape}, expected {self._shape}")
@@ -607,51 +538,67 @@ class ShardedSampler(Sampler):
             step_size = np.asarray(self.settings.step_size, np.float64)
             results = ShardedHMCResults(lp, grad, step_size, zero, zero)
         self._carry.load(x=[xt], results=results, fw=fw, lw=_zero_welford([]))
-        return _RunState(step=0, scales=[np.ones((), x.dtype)], reference=reference)
+        # The identity metric, of the field's shape (a view): what tuned_parameters reads
+        # the dimension of the microcanonical kinds' step size from.
+        ones = np.broadcast_to(np.ones((), x.dtype), self.target.grid_shape)
+        return _RunState(step=0, scales=[ones], reference=reference)
 
     def _run_chunk(self, scales, reference, delta, seed, start, num_steps):
         """``num_steps`` transitions from the carried state (as the driver's chunk)."""
         del scales, reference, delta  # identity metric; the log density is float64
         s = self.settings
-        key = _seed_int(seed.numpy())
-        bases = _base_key(key, 0), _base_key(key, 1)
+        key = seed_int(seed.numpy())
         carry = self._carry
         (x,) = carry.read("x")
         res = carry.read("results")
         fw = carry.read("fw")
-        lp, grad = res.target_log_prob, res.grad_target_log_prob
-        eps, error_sum, log_avg = (
-            float(_host(t)) for t in (res.new_step_size, res.error_sum, res.log_averaging_step)
+        first = int(start.numpy())
+        inner = _MeshHMC(self._one_step, base_key(key, MOMENTUM), base_key(key, ACCEPT_HMC))
+        # TFP's dual averaging (as the single-device hmc's), run eagerly on the
+        # replicated float64 scalars between the compiled mesh transitions.
+        kernel = tfp.mcmc.DualAveragingStepSizeAdaptation(
+            inner,
+            num_adaptation_steps=s.num_burnin_steps,
+            target_accept_prob=tf.constant(
+                s.target_accept_prob or default_target_accept_prob("hmc"), tf.float64
+            ),
         )
-        adapt = {
-            "target_accept_prob": s.target_accept_prob or default_target_accept_prob("hmc"),
-            "initial_step_size": s.step_size,
-            "num_adaptation_steps": s.num_burnin_steps,
-        }
-        dtype = self.target.dtype
+        initial = tf.constant(s.step_size, tf.float64)
         chains = s.num_chains
+        zeros = tf.zeros([chains], tf.float64)
+        da = kernel._bootstrap_from_inner_results(
+            x, _MeshHMCResults(res.target_log_prob, res.grad_target_log_prob, zeros, initial)
+        )
+        da = da._replace(
+            step=tf.constant(first, tf.int32),
+            new_step_size=tf.constant(_host(res.new_step_size)),
+            error_sum=[tf.constant(_host(res.error_sum))],
+            log_averaging_step=[tf.constant(_host(res.log_averaging_step))],
+        )
         names = ("lp", "energy", "energy_error", "is_accepted", "step_size")
         out = {name: [] for name in names}
         stats = {name: [] for name in self._field_names()}
         fields = []
-        first = int(start.numpy())
         for i in range(int(num_steps.numpy())):
             step = first + i
-            x, lp, grad, energy, energy_error, accepted = self._one_step(
-                x, lp, grad, tf.constant(eps, dtype), *bases, tf.constant(step, tf.int64)
-            )
-            values = [_host(v) for v in (lp, energy, energy_error, accepted)]
-            out["step_size"].append(np.full(chains, eps))
-            for name, value in zip(names[:4], values, strict=True):
+            x, da = kernel.one_step(x, da, seed=step)
+            r = da.inner_results
+            values = [_host(v) for v in (r.target_log_prob, r.energy, r.energy_error)]
+            values += [r.is_accepted, np.full(chains, float(r.step_size))]
+            for name, value in zip(names, values, strict=True):
                 out[name].append(value)
-            accept_prob = float(np.mean(_acceptance(values[2])))
-            eps, error_sum, log_avg = dual_averaging_update(
-                step, accept_prob, eps, error_sum, log_avg, **adapt
-            )
             fw = self._field_step(x, fw, step, stats, fields)
         carry.assign("x", [x])
-        hyper = [np.asarray(v, np.float64) for v in (eps, error_sum, log_avg)]
-        carry.assign("results", ShardedHMCResults(lp, grad, *map(carry.place, hyper)))
+        hyper = [da.new_step_size, da.error_sum[0], da.log_averaging_step[0]]
+        r = da.inner_results
+        carry.assign(
+            "results",
+            ShardedHMCResults(
+                r.target_log_prob,
+                r.grad_target_log_prob,
+                *(carry.place(np.asarray(_host(v), np.float64)) for v in hyper),
+            ),
+        )
         carry.assign("fw", fw)
         ee = np.stack(out["energy_error"])
         n = ee.shape[0]
@@ -735,15 +682,6 @@ class ShardedSampler(Sampler):
             tf.constant(field_buf),
             tf.constant(len(fields)),
         )
-
-    def _summary(self, rs: _RunState) -> dict:
-        summary = super()._summary(rs)
-        if self._micro is not None:  # the tuned step size and L per sqrt(d) of the field
-            ones = np.broadcast_to(np.ones((), self.target.dtype.as_numpy_dtype), self._shape[1:])
-            summary["tuned"] = tuned_parameters(
-                self.settings.kind, self._carry.numpy("results"), [ones]
-            )
-        return summary
 
     # -- field statistics on the mesh ------------------------------------------------------
     def _make_field_stats(self):

@@ -190,54 +190,6 @@ def test_driver_run_sharded_hmc_passes_the_wiener_ztest(slow_results, masked):
     assert r["p"] > 1e-3 and r["max_abs_z"] < 4.5, r
 
 
-def test_dual_averaging_update_replays_tfps_step_sizes():
-    """The sharded driver's host-side step-size adaptation is TFP's: replaying the
-    acceptance probabilities of a TFP DualAveragingStepSizeAdaptation(HMC) run gives
-    its step sizes (float64, 3-D normal, 4 chains, 8 adaptation steps of 12)."""
-    import numpy as np
-    import tensorflow as tf
-    import tensorflow_probability as tfp
-
-    from fieldhmc.samplers.sharded import dual_averaging_update
-
-    target = tfp.distributions.MultivariateNormalDiag(tf.constant([0.0, 1.0, 2.0], tf.float64))
-    kernel = tfp.mcmc.DualAveragingStepSizeAdaptation(
-        tfp.mcmc.HamiltonianMonteCarlo(target.log_prob, step_size=0.9, num_leapfrog_steps=3),
-        num_adaptation_steps=8,
-        target_accept_prob=tf.constant(0.65, tf.float64),
-    )
-
-    step = tf.function(kernel.one_step, autograph=False)  # one small trace
-    x = tf.zeros([4, 3], tf.float64)
-    r = kernel.bootstrap_results(x)
-    lar, new_step, used_step = [], [], []
-    for t in range(12):
-        x, r = step(x, r, seed=tf.constant([1, t], tf.int32))
-        lar.append(r.inner_results.log_accept_ratio.numpy())
-        new_step.append(float(r.new_step_size))
-        used_step.append(float(r.inner_results.accepted_results.step_size))
-    new_step = np.asarray(new_step)
-    eps, error_sum, log_avg = 0.9, 0.0, 0.0
-    ours = []
-    for t in range(12):
-        assert abs(used_step[t] - eps) < 1e-12 * eps  # the step size the transition used
-        accept = float(np.mean(np.exp(np.minimum(lar[t], 0.0))))
-        eps, error_sum, log_avg = dual_averaging_update(
-            t,
-            accept,
-            eps,
-            error_sum,
-            log_avg,
-            target_accept_prob=0.65,
-            initial_step_size=0.9,
-            num_adaptation_steps=8,
-        )
-        ours.append(eps)
-    np.testing.assert_allclose(ours, new_step, rtol=1e-12)
-    assert len(set(np.round(new_step[:8], 6))) > 4  # it adapted
-    assert np.all(new_step[8:] == new_step[7])  # and then stayed
-
-
 _WHILE_LOOP_OVER_SLAB_FFT = """
 import numpy as np, tensorflow as tf
 from fieldhmc.ops import sharded as sh

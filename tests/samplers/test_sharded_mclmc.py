@@ -1,4 +1,4 @@
-"""Host-side pieces of the sharded MCLMC / MAMS tuners against ``fieldhmc.samplers.mclmc``.
+"""The mesh path's pieces of MCLMC / MAMS are ``fieldhmc.samplers.mclmc``'s.
 
 The sharded transitions themselves run on virtual devices in a subprocess
 (``tests/samplers/sharded_cases.py``, asserted in ``test_sharded.py``).
@@ -12,44 +12,12 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from fieldhmc.samplers import mclmc
-from fieldhmc.samplers.sharded_mclmc import autocorrelation_time, num_integration_steps
-
-
-@pytest.mark.parametrize(("reduce_np", "reduce_tf"), [(np.mean, None), (np.max, tf.reduce_max)])
-@pytest.mark.parametrize("chains", [1, 4])
-def test_autocorrelation_time_is_the_kernels(reduce_np, reduce_tf, chains):
-    """The NumPy port == mclmc._autocorrelation_time (float64), on AR(1) chains whose
-    coordinates have different correlation (rho 0 .. 0.9) and chain offsets."""
-    rng = np.random.default_rng(3)
-    n, k = 41, 12
-    rho = np.linspace(0.0, 0.9, k)
-    x = np.zeros((n, chains, k))
-    x[0] = rng.standard_normal((chains, k))
-    for t in range(1, n):
-        x[t] = rho * x[t - 1] + np.sqrt(1 - rho**2) * rng.standard_normal((chains, k))
-    x += 0.3 * rng.standard_normal((1, chains, 1))
-    args = () if reduce_tf is None else (reduce_tf,)
-    expected = float(mclmc._autocorrelation_time(tf.constant(x), *args))
-    ours = autocorrelation_time(x, reduce_np)
-    assert ours == pytest.approx(expected, rel=1e-12)
-    assert ours > 1.5  # the slow coordinates count
-
-
-def test_num_integration_steps_is_the_kernels():
-    """N = ceil(U s) on the host == mclmc._num_integration_steps for the same uniform."""
-    seeds = [tf.constant([i, 7], tf.int32) for i in range(40)]
-    for mean in (0.4, 1.0, 1.3, 2.7, 10.2, 37.5):
-        for seed in seeds:
-            u = tf.random.stateless_uniform([], seed, dtype=tf.float64, alg="philox")
-            expected = int(mclmc._num_integration_steps(tf.constant(mean, tf.float64), seed))
-            assert num_integration_steps(mean, float(u)) == expected
 
 
 def test_float64_kernel_parameters_are_not_rounded_to_float32():
     """A float64 MAMS kernel's target acceptance, initial L (and MCLMC's tolerance) are
     the float64 values given: ``tf.cast(0.9, tf.float64)`` goes through float32
-    (0.89999998), which moved the tuned step size of float64 runs by ~2e-8 and made the
-    sharded port (host float64 tuner) disagree with the kernel at 1e-7."""
+    (0.89999998), which moved the tuned step size of float64 runs by ~2e-8."""
     target = tfp.distributions.MultivariateNormalDiag(tf.constant([0.0, 1.0, 2.0], tf.float64))
     kernel = mclmc.MetropolisAdjustedMicrocanonical(
         target.log_prob,
@@ -89,3 +57,24 @@ def test_recorded_coordinates_are_the_kernels(shape):
     )
     expected = mclmc._subset([tf.constant(x)], 512).numpy()
     np.testing.assert_array_equal(kernel._subset(tf.constant(x)).numpy(), expected)
+
+
+def test_mesh_path_has_no_second_tuner_or_integrator():
+    """The mesh modules do not define a velocity update, integrator, autocorrelation time
+    or dual averaging of their own, and do not import each other in a cycle."""
+    import ast
+    import inspect
+
+    from fieldhmc.samplers import sharded, sharded_mclmc
+
+    names = set()
+    imports = {}
+    for module in (sharded, sharded_mclmc):
+        tree = ast.parse(inspect.getsource(module))
+        names |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        imports[module.__name__] = {
+            n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+        }
+    for name in ("_velocity_update", "autocorrelation_time", "dual_averaging_update"):
+        assert name not in names
+    assert "fieldhmc.samplers.sharded" not in imports["fieldhmc.samplers.sharded_mclmc"]
