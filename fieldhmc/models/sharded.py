@@ -22,6 +22,21 @@ over the whole mesh (DTensor inserts the all-reduce), returning float64 ``[chain
 
 The same class runs on plain tensors (``mesh=None``) with :mod:`fieldhmc.ops`: that
 is the single-device reference the sharded run must reproduce.
+
+**Preconditioning.** The single-device driver runs its kernels on ``x / scale`` with a
+metric diagonal in the model's Fourier latent. Here the latent is real-space, where
+that metric is a convolution; with ``preconditioner="posterior"`` the target's latent
+is instead :math:`v` with
+
+.. math:: \\xi = A v = \\mathrm{irfft3d}\\big(c_k\\, \\mathrm{rfft3d}(v, \\text{ortho}),
+          \\ \\text{ortho}\\big),\\qquad c_k = (1 + s_k \\bar W)^{-1/2},
+
+the posterior scale of :meth:`~fieldhmc.models.GaussianFieldModel.posterior_precision_diag`
+per mode (1 at :math:`k = 0`): the same metric as the single-device ``posterior``
+preconditioner (a sampler with the identity metric on :math:`v` is one with metric
+:math:`A^{-2}` on :math:`\\xi`). The log density is that of :math:`\\xi(v)` (no
+Jacobian, as the driver's whitening), so the traced ``lp`` is the model's. ``prior``
+is the identity for the non-centred latent.
 """
 
 from __future__ import annotations
@@ -32,6 +47,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
+from fieldhmc.mesh_support import mesh_support
 from fieldhmc.models.gaussian import GaussianFieldModel
 from fieldhmc.ops import fft as fft1
 from fieldhmc.ops import sharded
@@ -52,23 +68,36 @@ class ShardedGaussianTarget:
         Observed data ``grid_shape`` (validated by the model).
     mesh : dtensor.Mesh, optional
         1-D mesh whose size divides ``n0`` and ``n1``; None runs on plain tensors.
+    preconditioner : {"identity", "prior", "posterior"}
+        The metric, as a map of the latent (module docs); ``prior`` is the identity.
 
     Raises
     ------
     ValueError
-        For a model outside that class, or a mesh that does not divide the grid.
+        For a model outside that class (:func:`fieldhmc.mesh_support.mesh_support`), or
+        a mesh that does not divide the grid.
     """
 
-    def __init__(self, model: GaussianFieldModel, data, mesh: dtensor.Mesh | None = None):
+    def __init__(
+        self,
+        model: GaussianFieldModel,
+        data,
+        mesh: dtensor.Mesh | None = None,
+        preconditioner: str = "identity",
+    ):
         if not isinstance(model, GaussianFieldModel):
             raise ValueError(f"needs a GaussianFieldModel, got {type(model).__name__}")
-        if model.parametrization != "noncentred" or model.hyper_names:
-            raise ValueError(
-                "the sharded target supports the non-centred model with fixed hyperparameters"
-            )
-        if model.forward is not None:
-            raise ValueError("the sharded target supports the identity forward model only")
+        reason = mesh_support(
+            "hmc",
+            preconditioner=preconditioner,
+            forward_model=model.forward is not None,
+            sampled_hyperparameters=bool(model.hyper_names),
+            parametrisation=model.parametrization,
+        )
+        if reason is not None:
+            raise ValueError(reason)
         self.model = model
+        self.preconditioner = preconditioner
         self.mesh = mesh
         self.grid_shape = tuple(model.grid.grid_shape)
         self.dtype = model.dtype
@@ -76,8 +105,17 @@ class ShardedGaussianTarget:
             sharded.check_mesh(mesh, self.grid_shape)
         lc = model._likelihood_constants(model.check_data(data))
         np_dtype = self.dtype.as_numpy_dtype
-        sqrt_s = np.sqrt(model.signal_variance_np())[None].astype(np_dtype)
-        self._sqrt_s = self._put(sqrt_s, spectrum=True)
+        s = model.signal_variance_np()
+        # c_k of the module docs (float64, host), or None: the identity metric
+        self._metric = None
+        if preconditioner == "posterior":
+            self._metric = 1.0 / np.sqrt(1.0 + s * model.noise_precision_mean)
+        sqrt_s = np.sqrt(s) if self._metric is None else np.sqrt(s) * self._metric
+        self._sqrt_s = self._put(sqrt_s[None].astype(np_dtype), spectrum=True)
+        if self._metric is not None:
+            # |A v|^2 = sum_k h_k c_k^2 |V_k|^2 (Parseval, ortho; h the Hermitian weights)
+            weighted = model.grid.hermitian_weights() * self._metric**2
+            self._prior_weights = self._put(weighted[None].astype(np_dtype), spectrum=True)
         self._data = self._put(lc["data"].numpy()[None].astype(np_dtype))
         # float64 weights (the likelihood's constants hold them in the model dtype)
         lik = model.likelihood
@@ -109,8 +147,12 @@ class ShardedGaussianTarget:
 
     # --- densities -----------------------------------------------------------------------
     def delta(self, xi: tf.Tensor) -> tf.Tensor:
-        """:math:`\\delta(\\xi)`, ``[chains, *grid_shape]`` in the layout of ``xi``."""
-        return self._irfft(self._rfft(xi) * tf.cast(self._sqrt_s, self._rfft_dtype))
+        """:math:`\\delta` of the latent (:math:`\\xi`, or :math:`v` when preconditioned),
+        ``[chains, *grid_shape]`` in its layout."""
+        return self._delta_of_modes(self._rfft(xi))
+
+    def _delta_of_modes(self, modes: tf.Tensor) -> tf.Tensor:
+        return self._irfft(modes * tf.cast(self._sqrt_s, self._rfft_dtype))
 
     @property
     def _rfft_dtype(self) -> tf.DType:
@@ -118,8 +160,14 @@ class ShardedGaussianTarget:
 
     def __call__(self, xi: tf.Tensor) -> tf.Tensor:
         """float64 ``[chains]`` log posterior density (unnormalised by the evidence)."""
-        delta = self.delta(xi)
-        prior = tf.reduce_sum(tf.square(tf.cast(xi, tf.float64)), axis=[1, 2, 3])
+        if self._metric is None:
+            delta = self.delta(xi)
+            prior = tf.reduce_sum(tf.square(tf.cast(xi, tf.float64)), axis=[1, 2, 3])
+        else:
+            modes = self._rfft(xi)
+            delta = self._delta_of_modes(modes)
+            power = tf.math.real(modes) ** 2 + tf.math.imag(modes) ** 2
+            prior = tf.reduce_sum(tf.cast(self._prior_weights * power, tf.float64), axis=[1, 2, 3])
         residual = tf.cast(self._data - delta, tf.float64)
         quad = tf.reduce_sum(self._weights * tf.square(residual), axis=[1, 2, 3])
         const = self._log_norm - 0.5 * self._num_cells * _LOG_2PI
@@ -134,13 +182,18 @@ class ShardedGaussianTarget:
 
     # --- single-device bridges --------------------------------------------------------------
     def model_latent(self, xi: np.ndarray) -> np.ndarray:
-        """The model's ``"field"`` latent :math:`x(\\xi)` of host draws ``[..., *grid]``."""
+        """The model's ``"field"`` latent :math:`x(\\xi)` of host draws ``[..., *grid]``
+        of this target's latent (:math:`\\xi`, or :math:`v` when preconditioned)."""
         xi = tf.constant(np.asarray(xi, np.float64))
         modes = fft1.rfft3d(xi, norm="ortho")
+        if self._metric is not None:
+            modes = modes * tf.constant(self._metric, modes.dtype)
         return self.model.packing.real_from_modes(modes).numpy()
 
     def latent_from_model(self, x: np.ndarray) -> np.ndarray:
-        """Inverse of :meth:`model_latent`: :math:`\\xi(x)`."""
+        """Inverse of :meth:`model_latent`."""
         x = tf.constant(np.asarray(x, np.float64))
         modes = self.model.packing.modes_from_real(x)
+        if self._metric is not None:
+            modes = modes / tf.constant(self._metric, modes.dtype)
         return fft1.irfft3d(modes, fft_length=self.grid_shape, norm="ortho").numpy()

@@ -46,6 +46,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from tensorflow.experimental import dtensor
 
+from fieldhmc.mesh_support import mesh_support
 from fieldhmc.ops import sharded
 from fieldhmc.samplers.counter_random import (
     ACCEPT_HMC,
@@ -452,16 +453,14 @@ class MeshChunkRunner:
         field_outputs: ShardedFieldOutputs | None = None,
         random: str = "counter",
     ):
-        kinds = ("hmc", *MICROCANONICAL_KINDS)
-        problems = [
-            (settings.kind not in kinds, f"kind in {kinds} (got {settings.kind!r})"),
-            (settings.jitter_leapfrog, "jitter_leapfrog=False"),
-            (settings.step_size_jitter != 0.0, "step_size_jitter=0"),
-            (settings.adapt_diagonal, "adapt_diagonal=False"),
-        ]
-        for bad, needed in problems:
-            if bad:
-                raise ValueError(f"the sharded sampler needs {needed}")
+        reason = mesh_support(
+            settings.kind,
+            preconditioner="diagonal" if settings.adapt_diagonal else "identity",
+            jitter_leapfrog=settings.jitter_leapfrog,
+            step_size_jitter=settings.step_size_jitter,
+        )
+        if reason is not None:
+            raise ValueError(reason)
         dtype = target.dtype
         self.settings = settings
         self.field_outputs = field_outputs

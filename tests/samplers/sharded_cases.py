@@ -57,7 +57,44 @@ def target_cases(mesh):
             "grad_rel": float(np.max(np.abs(grad - ref_grad)) / np.max(np.abs(ref_grad))),
             "lp_dtype": str(lp.dtype),
         }
+    out["masked-float64-posterior"] = _preconditioned_target_case(mesh)
     return out
+
+
+def _preconditioned_target_case(mesh):
+    """The posterior-preconditioned target at v == the identity target at xi = A v, and
+    its gradient == A (the identity target's gradient), A = irfft(c_k rfft(.)) on the
+    host in NumPy (an independent reference for the map)."""
+    import tensorflow as tf
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import sharded as sh
+
+    model, data = _problem(True, "float64")
+    c = 1.0 / np.sqrt(1.0 + model.signal_variance_np() * model.noise_precision_mean)
+
+    def apply_a(v):
+        modes = np.fft.rfftn(v, axes=(-3, -2, -1), norm="ortho") * c
+        return np.fft.irfftn(modes, s=GRID, axes=(-3, -2, -1), norm="ortho")
+
+    v = np.random.default_rng(2).standard_normal((3, *GRID))
+    pre = ShardedGaussianTarget(model, data, mesh, preconditioner="posterior")
+    lp, grad = tf.function(pre.value_and_gradient)(pre.shard(v))
+    lp, grad = sh.gather(lp), sh.gather(grad)
+    plain = ShardedGaussianTarget(model, data, None)
+    ref, ref_grad = plain.value_and_gradient(tf.constant(apply_a(v)))
+    ref_grad = apply_a(ref_grad.numpy())
+    # the model latent of v is x(A v)
+    x_diff = np.max(np.abs(pre.model_latent(v) - plain.model_latent(apply_a(v))))
+    back = np.max(np.abs(pre.latent_from_model(pre.model_latent(v)) - v))
+    return {
+        "lp_rel": float(np.max(np.abs(lp - ref.numpy()) / np.abs(ref.numpy()))),
+        "grad_rel": float(np.max(np.abs(grad - ref_grad)) / np.max(np.abs(ref_grad))),
+        "lp_dtype": str(lp.dtype),
+        "latent_diff": float(x_diff),
+        "roundtrip_diff": float(back),
+        "metric_min": float(c.min()),
+    }
 
 
 def _hmc(model, data, mesh, num_results, num_burnin, seed, step_size, steps, chains=4):
@@ -152,14 +189,15 @@ def _settings(num_burnin, num_results, chunk_size, steps, step_size, seed, field
     )
 
 
-def _driver(model, data, mesh, settings, tracked=2):
+def _driver(model, data, mesh, settings, tracked=2, preconditioner="identity"):
     from fieldhmc.models.sharded import ShardedGaussianTarget
     from fieldhmc.samplers.sharded import ShardedFieldOutputs, ShardedSampler
     from fieldhmc.workflow import tracked_mode_indices
 
     grid = model.grid
     outputs = ShardedFieldOutputs(grid, grid.kbins(), tracked_mode_indices(grid, tracked), True)
-    return ShardedSampler(ShardedGaussianTarget(model, data, mesh), settings, outputs)
+    target = ShardedGaussianTarget(model, data, mesh, preconditioner=preconditioner)
+    return ShardedSampler(target, settings, outputs)
 
 
 def _driver_run(sampler, directory, init=None, resume=False, max_chunks=None):
@@ -420,7 +458,7 @@ def microcanonical_unsharded_cases():
     return out
 
 
-def _latent_posterior(model, fields, num_results):
+def _latent_posterior(model, fields, num_results, chains=4):
     """The model's latents ``[chains, draws, d']`` of stored draws of delta, and the mask
     of the d' latents kept (the k = 0 mode, which delta does not see, is left out).
 
@@ -434,12 +472,12 @@ def _latent_posterior(model, fields, num_results):
     modes = np.fft.rfftn(fields["draws"], axes=(-3, -2, -1), norm="ortho")
     modes = np.where(seen, modes / np.where(seen, sqrt_s, 1.0), 0.0)
     x = model.packing.real_from_modes(tf.constant(modes)).numpy()  # [draw, chain, *grid]
-    post = np.moveaxis(x, 0, 1).reshape(4, num_results, -1)
+    post = np.moveaxis(x, 0, 1).reshape(chains, num_results, -1)
     keep = ~np.all(post == 0.0, axis=(0, 1))  # the k = 0 latent
     return post[..., keep], keep
 
 
-def _driver_draws(mesh, masked: bool, settings):
+def _driver_draws(mesh, masked: bool, settings, preconditioner="identity"):
     import tempfile
     from pathlib import Path
 
@@ -448,10 +486,9 @@ def _driver_draws(mesh, masked: bool, settings):
     model, data = _problem(masked, "float64")
     dense = models.dense_posterior(model, data)
     init = [np.random.default_rng(settings.seed).standard_normal((4, *GRID))]
+    sampler = _driver(model, data, mesh, settings, preconditioner=preconditioner)
     with tempfile.TemporaryDirectory() as tmp:
-        summary, traces, fields, secs = _driver_run(
-            _driver(model, data, mesh, settings), Path(tmp), init
-        )
+        summary, traces, fields, secs = _driver_run(sampler, Path(tmp), init)
     post, keep = _latent_posterior(model, fields, settings.num_results)
     mean, var = dense.mean.reshape(-1)[keep], np.diag(dense.covariance)[keep]
     info = {
@@ -467,7 +504,9 @@ def _driver_draws(mesh, masked: bool, settings):
     return post, mean, var, info
 
 
-def driver_wiener_ztest(mesh, masked: bool, num_results: int, kind: str = "hmc"):
+def driver_wiener_ztest(
+    mesh, masked: bool, num_results: int, kind: str = "hmc", preconditioner: str = "identity"
+):
     """MCSE-scaled z-scores of the posterior mean and variance of every model latent,
     from the driver-run 4-device chain's stored draws of delta (field_thin 1), vs the
     dense posterior (hmc: 50 warm-up steps, mams: 200 tuning steps)."""
@@ -475,8 +514,68 @@ def driver_wiener_ztest(mesh, masked: bool, num_results: int, kind: str = "hmc")
         settings = _settings(50, num_results, 50, 5, 0.3, 11)
     else:
         settings = _micro_settings(kind, 200, num_results, 100, seed=11, field_thin=1)
-    post, mean, var, info = _driver_draws(mesh, masked, settings)
+    post, mean, var, info = _driver_draws(mesh, masked, settings, preconditioner)
     return {**_wiener_z(post, mean, var), **info}
+
+
+def conservation_ztest(mesh, kind: str, preconditioner: str, chains: int = 256, steps: int = 3):
+    """Target conservation on the mesh: ``chains`` exact posterior draws (dense Wiener
+    posterior, masked 8³) as the initial state, ``steps`` driver-run transitions without
+    adaptation, then z-scores of every model latent's mean and variance of the final
+    state against the exact posterior with the known ESS = ``chains`` (independent
+    chains: no ESS estimate). A transition that does not preserve the posterior moves
+    them."""
+    import tempfile
+    from pathlib import Path
+
+    import tensorflow as tf
+    from scipy import stats
+
+    from fieldhmc import models
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.samplers import SamplerSettings
+
+    model, data = _problem(True, "float64")
+    dense = models.dense_posterior(model, data)
+    rng = np.random.default_rng(17)
+    chol = np.linalg.cholesky(dense.covariance + 1e-12 * np.eye(dense.covariance.shape[0]))
+    x = dense.mean.reshape(-1) + rng.standard_normal((chains, chol.shape[0])) @ chol.T
+    target = ShardedGaussianTarget(model, data, None, preconditioner=preconditioner)
+    init = [target.latent_from_model(x.reshape(chains, *GRID))]
+    settings = SamplerSettings(
+        kind=kind,
+        num_chains=chains,
+        num_burnin_steps=0,
+        num_results=steps,
+        num_leapfrog_steps=5,
+        step_size=0.3,
+        trajectory_length=1.5,
+        chunk_size=steps,
+        field_thin=1,
+        seed=3,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        _, traces, fields, secs = _driver_run(
+            _driver(model, data, mesh, settings, preconditioner=preconditioner), Path(tmp), init
+        )
+    post, keep = _latent_posterior(model, {"draws": fields["draws"][-1:]}, 1, chains)
+    mean, var = dense.mean.reshape(-1)[keep], np.diag(dense.covariance)[keep]
+    final = post[:, 0]  # [chains, d']
+    z_mean = (final.mean(axis=0) - mean) / np.sqrt(var / chains)
+    z_var = (((final - mean) ** 2).mean(axis=0) - var) / (var * np.sqrt(2.0 / chains))
+    z = np.concatenate([z_mean, z_var])
+    chi2 = float(np.sum(z**2))
+    p = 2 * min(stats.chi2.sf(chi2, z.size), stats.chi2.cdf(chi2, z.size))
+    moved = float(np.mean(np.abs(final - x[:, keep]) > 1e-8))
+    del tf
+    return {
+        "p": float(p),
+        "max_abs_z": float(np.max(np.abs(z))),
+        "num_z": int(z.size),
+        "accept_rate": float(np.mean(traces["is_accepted"])),
+        "moved": moved,
+        "seconds": secs,
+    }
 
 
 def driver_mclmc_bias(mesh, masked: bool, desired_energy_var: float, num_results: int = 2000):
@@ -514,11 +613,20 @@ def results(slow: bool) -> dict:
             str(tol): driver_mclmc_bias(mesh, False, tol) for tol in (1e-2, 1e-3)
         }
         results["microcanonical_unsharded"] = microcanonical_unsharded_cases()
+        results["posterior"] = {
+            f"{kind}-{m}": driver_wiener_ztest(mesh, m == "masked", 400, kind, "posterior")
+            for kind in ("hmc", "mams")
+            for m in masks
+        }
     else:
         results = {
             "target": target_cases(mesh),
             "driver": driver_cases(mesh),
             "microcanonical": microcanonical_cases(mesh),
+            # the posterior metric on the mesh: exact draws stay exact
+            "conservation": {
+                kind: conservation_ztest(mesh, kind, "posterior") for kind in ("hmc", "mams")
+            },
         }
     return results
 

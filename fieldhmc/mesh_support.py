@@ -1,0 +1,107 @@
+"""What a run on a DTensor mesh supports, stated once (no TensorFlow import).
+
+The config validation, the mesh target (:class:`fieldhmc.models.sharded.ShardedGaussianTarget`)
+and the mesh sampler (:class:`fieldhmc.samplers.sharded.ShardedSampler`) all ask
+:func:`mesh_support`; it answers with the one-line reason a combination cannot run on
+a mesh, or None.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MESH_KINDS", "MESH_PRECONDITIONERS", "mesh_support"]
+
+#: Sampler kinds with a mesh transition (fieldhmc.samplers.sharded / sharded_mclmc).
+MESH_KINDS = ("hmc", "mclmc", "mams")
+#: Fourier-diagonal metrics the mesh target applies as a map of its white-noise latent.
+MESH_PRECONDITIONERS = ("identity", "prior", "posterior")
+_GAUSSIAN_LIKELIHOODS = ("gaussian", "masked_gaussian")
+
+_WHY_KIND = (
+    "its trajectory is a data-dependent tf.while_loop, and a DTensor while loop over the "
+    "slab FFTs segfaults TensorFlow 2.21 (a host-driven tree is not implemented)"
+)
+
+
+def mesh_support(
+    kind: str,
+    *,
+    preconditioner: str = "identity",
+    jitter_leapfrog: bool = False,
+    step_size_jitter: float = 0.0,
+    likelihood: str = "gaussian",
+    forward_model: bool = False,
+    sampled_hyperparameters: bool = False,
+    parametrisation: str = "noncentred",
+) -> str | None:
+    """Why a run with these settings cannot go on a mesh; None if it can.
+
+    Parameters
+    ----------
+    kind : str
+        ``sampler.kind``.
+    preconditioner : str
+        ``sampler.preconditioner`` (``"diagonal"``: the windowed adaptation).
+    jitter_leapfrog : bool
+        HMC with a randomised number of leapfrog steps.
+    step_size_jitter : float
+        Randomised step size.
+    likelihood : str
+        ``model.likelihood.kind``.
+    forward_model : bool
+        A forward model between the field and the data (not the identity).
+    sampled_hyperparameters : bool
+        Any power-spectrum hyperparameter sampled with the field.
+    parametrisation : str
+        ``model.parametrisation``.
+
+    Returns
+    -------
+    str or None
+        One line naming the setting and why it does not run on a mesh.
+    """
+    problems = [
+        (
+            kind not in MESH_KINDS,
+            f"sampler.kind={kind}: the mesh runs {', '.join(MESH_KINDS)}"
+            + (f" ({kind}: {_WHY_KIND})" if kind in ("nuts", "fieldnuts") else ""),
+        ),
+        (
+            preconditioner not in MESH_PRECONDITIONERS,
+            f"sampler.preconditioner={preconditioner}: the mesh applies the Fourier-diagonal"
+            f" metrics ({', '.join(MESH_PRECONDITIONERS)}); windowed adaptation of a diagonal"
+            " metric is not implemented there",
+        ),
+        (
+            bool(jitter_leapfrog),
+            "sampler.jitter_leapfrog: the mesh HMC transition unrolls a fixed number of"
+            " leapfrog steps (a jittered count is not implemented)",
+        ),
+        (
+            step_size_jitter != 0.0,
+            "sampler.step_size_jitter: not implemented on the mesh",
+        ),
+        (
+            likelihood not in _GAUSSIAN_LIKELIHOODS,
+            f"model.likelihood.kind={likelihood}: the mesh target implements the Gaussian"
+            " likelihoods only",
+        ),
+        (
+            bool(forward_model),
+            "model.forward: the mesh target implements the identity forward model only"
+            " (the LPT/bias/RSD building blocks have no slab-sharded version)",
+        ),
+        (
+            bool(sampled_hyperparameters),
+            "sampled hyperparameters: the mesh state is the field alone (hyperparameter"
+            " parts next to a sharded field are not implemented)",
+        ),
+        (
+            parametrisation != "noncentred",
+            f"model.parametrisation={parametrisation}: the mesh target's latent is the"
+            " non-centred white noise",
+        ),
+    ]
+    for bad, reason in problems:
+        if bad:
+            return f"not on a mesh: {reason}"
+    return None

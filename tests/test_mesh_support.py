@@ -1,0 +1,64 @@
+"""What a run on a DTensor mesh supports: one statement, one-line reasons."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fieldhmc.mesh_support import mesh_support
+
+
+@pytest.mark.parametrize("kind", ["hmc", "mclmc", "mams"])
+@pytest.mark.parametrize("preconditioner", ["identity", "prior", "posterior"])
+def test_supported_combinations(kind, preconditioner):
+    assert mesh_support(kind, preconditioner=preconditioner) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"kind": "fieldnuts"}, "sampler.kind=fieldnuts"),
+        ({"kind": "chees"}, "sampler.kind=chees"),
+        ({"kind": "hmc", "preconditioner": "diagonal"}, "sampler.preconditioner=diagonal"),
+        ({"kind": "hmc", "jitter_leapfrog": True}, "sampler.jitter_leapfrog"),
+        ({"kind": "mams", "likelihood": "poisson"}, "model.likelihood.kind=poisson"),
+        ({"kind": "hmc", "forward_model": True}, "model.forward"),
+        ({"kind": "hmc", "sampled_hyperparameters": True}, "sampled hyperparameters"),
+        ({"kind": "hmc", "parametrisation": "centred"}, "model.parametrisation=centred"),
+    ],
+)
+def test_refusals_are_one_line_naming_the_setting(kwargs, named):
+    reason = mesh_support(**kwargs)
+    assert reason is not None and "\n" not in reason
+    assert named in reason and reason.startswith("not on a mesh: ")
+
+
+def test_mesh_support_does_not_import_tensorflow():
+    """The config validation can ask it before TensorFlow starts."""
+    code = "import sys, fieldhmc.mesh_support; print('tensorflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_mesh_sampler_and_target_refuse_with_the_same_reason():
+    import numpy as np
+    import tensorflow as tf
+
+    from fieldhmc import models
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.samplers import SamplerSettings
+    from fieldhmc.samplers.sharded import ShardedSampler
+
+    grid = models.Grid((8, 8, 8), 100.0)
+    model = models.GaussianFieldModel(
+        grid, models.PowerLaw(1000.0, -1.5, 0.1), sigma=2.0, dtype=tf.float64
+    )
+    data = np.zeros(grid.grid_shape)
+    with pytest.raises(ValueError, match="sampler.preconditioner=diagonal"):
+        ShardedGaussianTarget(model, data, None, preconditioner="diagonal")
+    target = ShardedGaussianTarget(model, data, None)
+    settings = SamplerSettings(kind="hmc", num_chains=2, jitter_leapfrog=True)
+    with pytest.raises(ValueError, match=r"^not on a mesh: sampler.jitter_leapfrog"):
+        ShardedSampler(target, settings)
