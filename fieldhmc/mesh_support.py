@@ -42,7 +42,8 @@ def mesh_support(
     preconditioner : str
         ``sampler.preconditioner`` (``"diagonal"``: the windowed adaptation).
     jitter_leapfrog : bool
-        HMC with a randomised number of leapfrog steps.
+        HMC with a randomised number of leapfrog steps (supported; kept so that callers
+        pass every sampler option).
     step_size_jitter : float
         Randomised step size.
     likelihood : str
@@ -59,6 +60,7 @@ def mesh_support(
     str or None
         One line naming the setting and why it does not run on a mesh.
     """
+    del jitter_leapfrog  # supported
     problems = [
         (
             kind not in MESH_KINDS,
@@ -72,13 +74,8 @@ def mesh_support(
             " metric is not implemented there",
         ),
         (
-            bool(jitter_leapfrog),
-            "sampler.jitter_leapfrog: the mesh HMC transition unrolls a fixed number of"
-            " leapfrog steps (a jittered count is not implemented)",
-        ),
-        (
             step_size_jitter != 0.0,
-            "sampler.step_size_jitter: not implemented on the mesh",
+            "sampler.step_size_jitter: a randomised step size is not implemented on the mesh",
         ),
         (
             likelihood not in _GAUSSIAN_LIKELIHOODS,

@@ -14,6 +14,7 @@ from fieldhmc.mesh_support import mesh_support
 @pytest.mark.parametrize("preconditioner", ["identity", "prior", "posterior"])
 def test_supported_combinations(kind, preconditioner):
     assert mesh_support(kind, preconditioner=preconditioner) is None
+    assert mesh_support(kind, preconditioner=preconditioner, jitter_leapfrog=True) is None
 
 
 @pytest.mark.parametrize(
@@ -22,7 +23,7 @@ def test_supported_combinations(kind, preconditioner):
         ({"kind": "fieldnuts"}, "sampler.kind=fieldnuts"),
         ({"kind": "chees"}, "sampler.kind=chees"),
         ({"kind": "hmc", "preconditioner": "diagonal"}, "sampler.preconditioner=diagonal"),
-        ({"kind": "hmc", "jitter_leapfrog": True}, "sampler.jitter_leapfrog"),
+        ({"kind": "hmc", "step_size_jitter": 0.1}, "sampler.step_size_jitter"),
         ({"kind": "mams", "likelihood": "poisson"}, "model.likelihood.kind=poisson"),
         ({"kind": "hmc", "forward_model": True}, "model.forward"),
         ({"kind": "hmc", "sampled_hyperparameters": True}, "sampled hyperparameters"),
@@ -59,6 +60,6 @@ def test_the_mesh_sampler_and_target_refuse_with_the_same_reason():
     with pytest.raises(ValueError, match="sampler.preconditioner=diagonal"):
         ShardedGaussianTarget(model, data, None, preconditioner="diagonal")
     target = ShardedGaussianTarget(model, data, None)
-    settings = SamplerSettings(kind="hmc", num_chains=2, jitter_leapfrog=True)
-    with pytest.raises(ValueError, match=r"^not on a mesh: sampler.jitter_leapfrog"):
+    settings = SamplerSettings(kind="hmc", num_chains=2, step_size_jitter=0.1)
+    with pytest.raises(ValueError, match=r"^not on a mesh: sampler.step_size_jitter"):
         ShardedSampler(target, settings)

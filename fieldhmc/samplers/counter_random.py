@@ -40,8 +40,9 @@ _GOLDEN = 0x9E3779B97F4A7C15
 _M1 = 0xBF58476D1CE4E5B9
 _M2 = 0x94D049BB133111EB
 
-# Streams: 0 HMC momenta, 1 HMC Metropolis uniforms, then the microcanonical kernels'.
-MOMENTUM, ACCEPT_HMC, REFRESH, NAN_VELOCITY, VELOCITY, LENGTH, ACCEPT, INITIAL = range(8)
+# Streams: 0 HMC momenta, 1 HMC Metropolis uniforms, the microcanonical kernels', then
+# the jittered HMC's number of leapfrog steps.
+MOMENTUM, ACCEPT_HMC, REFRESH, NAN_VELOCITY, VELOCITY, LENGTH, ACCEPT, INITIAL, JITTER = range(9)
 
 
 def _u64(v: int) -> tf.Tensor:

@@ -37,6 +37,7 @@ References
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -50,6 +51,7 @@ from fieldhmc.mesh_support import mesh_support
 from fieldhmc.ops import sharded
 from fieldhmc.samplers.counter_random import (
     ACCEPT_HMC,
+    JITTER,
     MOMENTUM,
     base_key,
     global_index,
@@ -95,6 +97,7 @@ def make_hmc_transition(
     *,
     num_leapfrog_steps: int,
     mesh: dtensor.Mesh | None = None,
+    jitter_leapfrog: bool = False,
 ) -> Callable:
     """One compiled Metropolis-adjusted HMC transition on a (possibly sharded) state.
 
@@ -110,6 +113,10 @@ def make_hmc_transition(
         Leapfrog steps (unrolled in the compiled transition).
     mesh : dtensor.Mesh, optional
         The state's mesh (None for plain tensors).
+    jitter_leapfrog : bool
+        Return the transition for a count given per call (the jittered HMC of
+        :class:`fieldhmc.samplers.kernels.JitteredHamiltonianMonteCarlo`): one compiled
+        leapfrog step called ``num_steps`` times, its last ``num_steps`` argument.
 
     Returns
     -------
@@ -130,17 +137,20 @@ def make_hmc_transition(
     def kinetic(p):
         return 0.5 * tf.reduce_sum(tf.square(tf.cast(p, tf.float64)), axis=[1, 2, 3])
 
-    @tf.function(autograph=False)
-    def one_step(x, lp, grad, step_size, momentum_base, accept_base, step):
+    # The transition in three pieces, written once: unrolled into one compiled function
+    # for a fixed count, called from Python per leapfrog step for a jittered one.
+    def begin(lp, grad, step_size, momentum_base, step):
         eps = tf.cast(step_size, dtype)
-        half = 0.5 * eps
         p = index_normal(index, step_key(momentum_base, step), dtype)
-        h0 = -lp + kinetic(p)
-        xn, pn, gn, lpn = x, p + half * grad, grad, lp
-        for i in range(num_leapfrog_steps):
-            xn = xn + eps * pn
-            lpn, gn = value_and_gradient_fn(xn)
-            pn = pn + (eps if i < num_leapfrog_steps - 1 else half) * gn
+        return p + (0.5 * eps) * grad, -lp + kinetic(p)  # half kick, H0
+
+    def leapfrog(x, p, step_size, is_last: bool):
+        eps = tf.cast(step_size, dtype)
+        x = x + eps * p
+        lp, g = value_and_gradient_fn(x)
+        return x, p + ((0.5 * eps) if is_last else eps) * g, lp, g
+
+    def end(x, lp, grad, xn, pn, lpn, gn, h0, accept_base, step):
         h1 = -lpn + kinetic(pn)
         uniform = uniform53(splitmix64(step_key(accept_base, step) + chain_index))
         log_u = tf.math.log(1.0 - uniform)
@@ -156,7 +166,30 @@ def make_hmc_transition(
             accept,
         )
 
-    return one_step
+    @tf.function(autograph=False)
+    def one_step(x, lp, grad, step_size, momentum_base, accept_base, step):
+        pn, h0 = begin(lp, grad, step_size, momentum_base, step)
+        xn, gn, lpn = x, grad, lp
+        for i in range(num_leapfrog_steps):
+            xn, pn, lpn, gn = leapfrog(xn, pn, step_size, i == num_leapfrog_steps - 1)
+        return end(x, lp, grad, xn, pn, lpn, gn, h0, accept_base, step)
+
+    if not jitter_leapfrog:
+        return one_step
+
+    compile_fn = functools.partial(tf.function, autograph=False)
+    begin_c, end_c = compile_fn(begin), compile_fn(end)
+    kick = compile_fn(lambda x, p, eps: leapfrog(x, p, eps, False))
+    last_kick = compile_fn(lambda x, p, eps: leapfrog(x, p, eps, True))
+
+    def jittered_step(x, lp, grad, step_size, momentum_base, accept_base, step, num_steps):
+        pn, h0 = begin_c(lp, grad, step_size, momentum_base, step)
+        xn = x
+        for i in range(num_steps):
+            xn, pn, lpn, gn = (last_kick if i == num_steps - 1 else kick)(xn, pn, step_size)
+        return end_c(x, lp, grad, xn, pn, lpn, gn, h0, accept_base, step)
+
+    return jittered_step
 
 
 @dataclass
@@ -279,17 +312,27 @@ class _MeshHMCResults(NamedTuple):
     energy: tf.Tensor = None
     energy_error: tf.Tensor = None
     is_accepted: np.ndarray = None
+    num_leapfrog_steps: int = 0
 
 
 class _MeshHMC(tfp.mcmc.TransitionKernel):
     """:func:`make_hmc_transition` as a TFP kernel, for TFP's step-size adaptation
-    (``seed``: the global step, which keys the counter-based draws)."""
+    (``seed``: the global step, which keys the counter-based draws). With
+    ``jitter_base`` the number of leapfrog steps is drawn per transition, uniform on
+    ``[1, num_leapfrog_steps]`` as ``JitteredHamiltonianMonteCarlo`` draws it."""
 
-    def __init__(self, one_step_fn, momentum_base, accept_base):
+    def __init__(
+        self, one_step_fn, momentum_base, accept_base, jitter_base=None, num_leapfrog_steps=0
+    ):
         self._one_step_fn = one_step_fn
         self._bases = momentum_base, accept_base
+        self._jitter = jitter_base, num_leapfrog_steps
         self._parameters = dict(
-            one_step_fn=one_step_fn, momentum_base=momentum_base, accept_base=accept_base
+            one_step_fn=one_step_fn,
+            momentum_base=momentum_base,
+            accept_base=accept_base,
+            jitter_base=jitter_base,
+            num_leapfrog_steps=num_leapfrog_steps,
         )
 
     @property
@@ -306,16 +349,25 @@ class _MeshHMC(tfp.mcmc.TransitionKernel):
     def one_step(self, current_state, previous_kernel_results, seed=None):
         r = previous_kernel_results
         eps = r.step_size
+        step = tf.constant(seed, tf.int64)
+        jitter_base, num_leapfrog_steps = self._jitter
+        extra = ()
+        if jitter_base is not None:
+            u = float(uniform53(splitmix64(step_key(jitter_base, step))))
+            extra = (1 + min(int(u * num_leapfrog_steps), num_leapfrog_steps - 1),)
         x, lp, grad, energy, energy_error, accepted = self._one_step_fn(
             current_state,
             r.target_log_prob,
             r.grad_target_log_prob,
             tf.cast(eps, current_state.dtype),
             *self._bases,
-            tf.constant(seed, tf.int64),
+            step,
+            *extra,
         )
         ee = tf.constant(_host(energy_error))
-        return x, _MeshHMCResults(lp, grad, -ee, eps, energy, ee, _host(accepted))
+        num_steps = extra[0] if extra else num_leapfrog_steps
+        results = _MeshHMCResults(lp, grad, -ee, eps, energy, ee, _host(accepted), num_steps)
+        return x, results
 
 
 @dataclass(frozen=True)
@@ -494,6 +546,7 @@ class MeshChunkRunner:
                 dtype,
                 num_leapfrog_steps=settings.num_leapfrog_steps,
                 mesh=self.mesh,
+                jitter_leapfrog=settings.jitter_leapfrog,
             )
         self._field_values = self._field_moments = None
         if field_outputs is not None:
@@ -552,7 +605,14 @@ class MeshChunkRunner:
         res = carry.read("results")
         fw = carry.read("fw")
         first = int(start.numpy())
-        inner = _MeshHMC(self._one_step, base_key(key, MOMENTUM), base_key(key, ACCEPT_HMC))
+        jitter = base_key(key, JITTER) if s.jitter_leapfrog else None
+        inner = _MeshHMC(
+            self._one_step,
+            base_key(key, MOMENTUM),
+            base_key(key, ACCEPT_HMC),
+            jitter,
+            s.num_leapfrog_steps,
+        )
         # TFP's dual averaging (as the single-device hmc's), run eagerly on the
         # replicated float64 scalars between the compiled mesh transitions.
         kernel = tfp.mcmc.DualAveragingStepSizeAdaptation(
@@ -574,7 +634,7 @@ class MeshChunkRunner:
             error_sum=[tf.constant(_host(res.error_sum))],
             log_averaging_step=[tf.constant(_host(res.log_averaging_step))],
         )
-        names = ("lp", "energy", "energy_error", "is_accepted", "step_size")
+        names = ("lp", "energy", "energy_error", "is_accepted", "step_size", "n_steps")
         out = {name: [] for name in names}
         stats = {name: [] for name in self._field_names()}
         fields = []
@@ -584,6 +644,7 @@ class MeshChunkRunner:
             r = da.inner_results
             values = [_host(v) for v in (r.target_log_prob, r.energy, r.energy_error)]
             values += [r.is_accepted, np.full(chains, float(r.step_size))]
+            values.append(np.full(chains, r.num_leapfrog_steps, np.int32))
             for name, value in zip(names, values, strict=True):
                 out[name].append(value)
             fw = self._field_step(x, fw, step, stats, fields)
@@ -608,7 +669,7 @@ class MeshChunkRunner:
             "diverging": ~np.isfinite(ee) | (ee > MAX_ENERGY_ERROR),
             "energy": np.stack(out["energy"]),
             "step_size": np.stack(out["step_size"]),
-            "n_steps": np.full((n, chains), s.num_leapfrog_steps, np.int32),
+            "n_steps": np.stack(out["n_steps"]),
             "tree_depth": np.zeros((n, chains), np.int32),
             "energy_error": ee,
         }

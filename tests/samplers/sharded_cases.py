@@ -518,7 +518,9 @@ def driver_wiener_ztest(
     return {**_wiener_z(post, mean, var), **info}
 
 
-def conservation_ztest(mesh, kind: str, preconditioner: str, chains: int = 256, steps: int = 3):
+def conservation_ztest(
+    mesh, kind: str, preconditioner: str, chains: int = 256, steps: int = 3, jitter=False
+):
     """Target conservation on the mesh: ``chains`` exact posterior draws (dense Wiener
     posterior, masked 8³) as the initial state, ``steps`` driver-run transitions without
     adaptation, then z-scores of every model latent's mean and variance of the final
@@ -548,6 +550,7 @@ def conservation_ztest(mesh, kind: str, preconditioner: str, chains: int = 256, 
         num_burnin_steps=0,
         num_results=steps,
         num_leapfrog_steps=5,
+        jitter_leapfrog=jitter,
         step_size=0.3,
         trajectory_length=1.5,
         chunk_size=steps,
@@ -574,6 +577,7 @@ def conservation_ztest(mesh, kind: str, preconditioner: str, chains: int = 256, 
         "num_z": int(z.size),
         "accept_rate": float(np.mean(traces["is_accepted"])),
         "moved": moved,
+        "n_steps": sorted({int(v) for v in traces["n_steps"][:, 0]}),
         "seconds": secs,
     }
 
@@ -625,7 +629,8 @@ def results(slow: bool) -> dict:
             "microcanonical": microcanonical_cases(mesh),
             # the posterior metric on the mesh: exact draws stay exact
             "conservation": {
-                kind: conservation_ztest(mesh, kind, "posterior") for kind in ("hmc", "mams")
+                "hmc-jitter": conservation_ztest(mesh, "hmc", "posterior", jitter=True),
+                "mams": conservation_ztest(mesh, "mams", "posterior"),
             },
         }
     return results

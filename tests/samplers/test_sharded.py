@@ -43,15 +43,18 @@ def test_posterior_preconditioned_target_is_the_identity_target_at_a_v(results):
     assert r["metric_min"] < 0.95  # the metric is not the identity
 
 
-@pytest.mark.parametrize("kind", ["hmc", "mams"])
+@pytest.mark.parametrize("kind", ["hmc-jitter", "mams"])
 def test_posterior_preconditioned_mesh_transitions_keep_exact_draws_exact(results, kind):
     """256 exact Wiener-posterior draws (masked 8³) as 4-device chains, 3 transitions
-    with the posterior preconditioner: every latent's mean and variance still match
-    the exact posterior (z-scores with the known ESS = 256, chi-square p and max |z|).
-    A prior term without the Hermitian weights fails it (p = 0, max |z| = 13)."""
+    with the posterior preconditioner (HMC with a jittered number of leapfrog steps,
+    MAMS): every latent's mean and variance still match the exact posterior (z-scores
+    with the known ESS = 256, chi-square p and max |z|). A prior term without the
+    Hermitian weights fails it (p = 0, max |z| = 13)."""
     r = results["conservation"][kind]
     assert r["moved"] > 0.5 and 0.3 < r["accept_rate"] <= 1.0, r
     assert r["p"] > 1e-3 and r["max_abs_z"] < 4.5, r
+    if kind == "hmc-jitter":
+        assert len(r["n_steps"]) > 1 and set(r["n_steps"]) <= set(range(1, 6)), r
 
 
 def test_driver_run_on_four_devices_reproduces_the_single_device_run_float64(results):
