@@ -625,6 +625,9 @@ class MeshChunkRunner:
         initial = tf.constant(s.step_size, tf.float64)
         chains = s.num_chains
         zeros = tf.zeros([chains], tf.float64)
+        # TFP's own bootstrap from given inner results (no gradient evaluation; TFP
+        # 0.25 keeps it a separate method for its windowed kernel), then the carried
+        # adaptation state of this step.
         da = kernel._bootstrap_from_inner_results(
             x, _MeshHMCResults(res.target_log_prob, res.grad_target_log_prob, zeros, initial)
         )
