@@ -1,19 +1,26 @@
-"""MCLMC's stage-3 check of the tuned step against the bias tolerance.
+"""MCLMC's stage 3: the step re-set from Var[dE]/d measured at stationarity.
 
-Stage 3 measures Var[dE]/d at its (otherwise fixed) step in windows and shrinks the
-step by ``(desired / measured)^(1/6)`` after a window above twice ``desired_energy_var``;
-it never grows it. The predictor of stages 1-2 left Var[dE]/d at 1.1e3 and 8e-2
-against 5e-4 on the hierarchical and lognormal-Poisson configs under the prior metric
-(issue 13). The check corrects the first (9.4e-7 at 32³); the second's large errors
-come only after warm-up, and the health check reports them as a failed tuner.
+Stage 3 measures Var[dE]/d (pooled over chains) in windows and after each multiplies
+the step by ``(desired / measured)^(1/6)``, clipped to a factor 4 either way per window,
+and after the last window only downwards. The predictor of stages 1-2 averages over the
+chains' way in from the start: it left Var[dE]/d from 0.3x (32³, noise 2) to 6e-7x
+(8³, noise 0.05) of ``desired_energy_var`` on plain field posteriors, and far above it
+on hierarchical targets under the prior metric. The end-to-end tests check the tuned
+kernel lands within 2x of the tolerance; they fail on the one-sided tuner it replaced.
+The variance bias at the re-set step is checked in ``test_posterior.py``.
 """
 
 from __future__ import annotations
+
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from fieldhmc import models
+from fieldhmc.samplers import FieldOutputs, MemorySink, Sampler, SamplerSettings, stateless_seed
 from fieldhmc.samplers.mclmc import MicrocanonicalLangevin
 
 DIM, CHAINS, WARMUP, DESIRED = 64, 4, 100, 5e-4
@@ -27,7 +34,7 @@ def _walk(kernel, ratio: float, finite: bool = True, dtype=tf.float64) -> list[f
     tuning, eps = results.tuning, tf.constant(0.5, dtype)
     error = tf.fill([CHAINS], tf.constant(np.sqrt(ratio * DESIRED * DIM), dtype))
     ok = tf.fill([CHAINS], finite)
-    check = tf.function(kernel._enforce_tolerance, autograph=False)  # graph mode, as run
+    check = tf.function(kernel._meet_tolerance, autograph=False)  # graph mode, as run
     out = []
     for t in range(end2, end3):
         eps, tuning = check(tf.constant(t), eps, error, ok, DIM, tuning)
@@ -47,18 +54,70 @@ def kernel():
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
-def test_step_shrinks_until_the_tolerance_is_met(kernel, dtype):
-    steps = _walk(kernel, ratio=64.0, dtype=dtype)  # 30 stage-3 transitions, windows of 8
-    assert steps[6] == 0.5 and steps[7] == pytest.approx(0.25)  # 64^(1/6) = 2
-    # The fed errors do not shrink with the step here, so every window shrinks again.
-    assert steps[15] == pytest.approx(0.125) and steps[-1] == pytest.approx(0.5 / 16)
+def test_step_moves_by_the_eps6_law_per_window(kernel, dtype):
+    # 30 stage-3 transitions, windows of 8; the fed errors do not follow the step here.
+    steps = _walk(kernel, ratio=64.0 / 729.0, dtype=dtype)  # (729/64)^(1/6) = 1.5
+    assert steps[6] == 0.5 and steps[7] == pytest.approx(0.75)
+    assert steps[15] == pytest.approx(0.5 * 1.5**2) and steps[23] == pytest.approx(0.5 * 1.5**3)
+    assert steps[-1] == steps[23]  # the last window's step may only shrink: it stays measured
+    steps = _walk(kernel, ratio=4.0, dtype=dtype)
+    assert steps[7] == pytest.approx(0.5 / 4.0 ** (1.0 / 6.0))
+    assert steps[-1] == pytest.approx(0.5 / 4.0 ** (4.0 / 6.0))
 
 
-def test_step_kept_when_the_tolerance_is_met(kernel):
-    assert _walk(kernel, ratio=0.9) == [0.5] * 30
-    assert _walk(kernel, ratio=1.9) == [0.5] * 30  # a near miss: within 2x
+def test_step_change_is_clipped_per_window(kernel):
+    assert _walk(kernel, ratio=1e-12)[7] == pytest.approx(2.0)
+    assert _walk(kernel, ratio=1e12)[7] == pytest.approx(0.125)
+    assert _walk(kernel, ratio=1.0) == pytest.approx([0.5] * 30)
 
 
 def test_non_finite_steps_count_as_large_errors(kernel):
     steps = _walk(kernel, ratio=0.0, finite=False)
-    assert steps[-1] < 0.5 * 0.5
+    assert steps[-1] == pytest.approx(0.5 / 4.0**4)
+
+
+def _tuned_run(model, data, desired, num_results, seed):
+    settings = SamplerSettings(
+        kind="mclmc",
+        num_chains=4,
+        num_burnin_steps=200,
+        num_results=num_results,
+        desired_energy_var=desired,
+        chunk_size=200,
+        field_thin=10,
+        seed=seed,
+    )
+    outputs = FieldOutputs(
+        field_fn=lambda f: f, power_fn=lambda f: tf.reduce_sum(f**2, axis=[-3, -2, -1])[:, None]
+    )
+    scales = [1.0 / np.sqrt(model.posterior_precision_diag(data))]
+    sampler = Sampler(model.target_log_prob_fn(data), settings, ["field"], scales, outputs)
+    init = [np.asarray(model.init_latents("prior", 4, seed=stateless_seed(seed)))[0]]
+    sink = MemorySink()
+    with tempfile.TemporaryDirectory() as d:
+        sampler.run(sink, Path(d), init, progress=False)
+    error = sink.stacked_traces()["energy_error"]  # [draw, chain]
+    return float(np.mean(np.square(error)) / model.grid.num_cells)
+
+
+def _check_within_2x(shape, desired, sigma):
+    grid = models.Grid(shape, 100.0 * shape[0] / 8)
+    model = models.GaussianFieldModel(
+        grid, models.PowerLaw(1000.0, -1.5, 0.1), sigma=sigma, dtype=tf.float64
+    )
+    data = np.asarray(model.sample(seed=stateless_seed(3))["data"])
+    ratios = [_tuned_run(model, data, desired, 200, seed) / desired for seed in (1, 2)]
+    assert all(0.5 <= r <= 2.0 for r in ratios), ratios
+
+
+def test_tuned_energy_error_is_within_2x_of_the_tolerance():
+    """8³, informative data (noise 0.05, posterior widths far below the prior's, so the
+    chains travel far in from a prior draw): post-warm-up Var[dE]/d within
+    [desired/2, 2 desired] for two seeds. The one-sided tuner left 6e-7 x desired."""
+    _check_within_2x((8, 8, 8), 5e-4, sigma=0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape,sigma,desired", [((8, 8, 8), 2.0, 2e-3), ((32, 32, 32), 2.0, 5e-4)])
+def test_tuned_energy_error_is_within_2x_of_the_tolerance_slow(shape, sigma, desired):
+    _check_within_2x(shape, desired, sigma)
