@@ -220,7 +220,7 @@ def sbc_realisation(job: SbcJob) -> dict:
         "posterior_sd": draws_all.std(axis=0, ddof=1).tolist(),
         "data_seed": sim_config.data.seed,
         "sampler_seed": config.sampler.seed,
-        "gradient_evaluations": int(summary["gradient_evaluations"]),
+        "gradient_evaluations": int(summary.gradient_evaluations),
         "seconds": time.perf_counter() - t0,
         "pid": os.getpid(),
     }

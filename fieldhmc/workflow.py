@@ -288,20 +288,13 @@ def _settings(config: cfg.Config, num_results: int | None = None):
         num_chains=s.num_chains,
         num_burnin_steps=s.num_burnin_steps,
         num_results=num_results or s.num_results,
-        num_leapfrog_steps=s.num_leapfrog_steps or 1,
-        jitter_leapfrog=bool(s.jitter_leapfrog),
-        max_tree_depth=s.max_tree_depth or 10,
-        target_accept_prob=s.target_accept_prob,
         step_size=s.step_size,
-        step_size_jitter=s.step_size_jitter or 0.0,
-        trajectory_length=s.trajectory_length or 1.0,
-        desired_energy_var=s.desired_energy_var or 5e-4,
-        integrator=s.integrator or "minimal_norm",
         adapt_diagonal=s.preconditioner == "diagonal",
         chunk_size=s.chunk_size,
         thin=s.thin,
         field_thin=config.outputs.field_thin,
         seed=s.seed,
+        **s.sampler_kind.driver_options(s),
     )
 
 
@@ -494,10 +487,10 @@ def _sample(
     # caller passed in stays alive with the caller).
     del sampler
     gc.collect()
-    if summary["field_mean"] is not None:
+    if summary.field_mean is not None:
         if not config.outputs.store_fields:
             sink = H5TraceSink(run.traces, run.fields)
-        sink.write_field_moments(summary["field_mean"], summary["field_var"])
+        sink.write_field_moments(summary.field_mean, summary.field_var)
     _export(run, config, model, summary, kbins, idx)
     return summary
 
@@ -517,26 +510,19 @@ def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict, kbin
             imag = np.zeros_like(imag)  # zero by symmetry; a float32 FFT leaves ~1e-6
         posterior[f"{name}.imag"] = imag
     kind = config.sampler.kind
-    stat_names = ["lp", "acceptance_rate", "diverging", "energy", "step_size", "n_steps"]
-    if kind in ("nuts", "fieldnuts"):
-        stat_names.append("tree_depth")
-    if kind in cfg.MICROCANONICAL_KINDS:  # no Hamiltonian energy; no acceptance for mclmc
-        stat_names.remove("energy")
-        stat_names.append("energy_error")
-        if kind == "mclmc":
-            stat_names.remove("acceptance_rate")
+    stat_names = config.sampler.sampler_kind.stat_names
     stats = {name: traces[name] for name in stat_names}
     attrs = {f"{k}_version": v for k, v in _versions().items()}
     attrs["sampler"] = kind
-    attrs["gradient_evaluations"] = str(summary["gradient_evaluations"])
+    attrs["gradient_evaluations"] = str(summary.gradient_evaluations)
     attrs["tuning"] = json.dumps(
         {
-            "tuned": summary["tuned"],
-            "warmup_gradient_evaluations": summary["warmup_gradient_evaluations"],
+            "tuned": summary.tuned,
+            "warmup_gradient_evaluations": summary.warmup_gradient_evaluations,
             # fields.h5 mean / var average every k-th post-warm-up transition (mclmc: k > 1)
             "field_moments": {
-                "every": summary.get("field_moments_every", 1),
-                "draws_all_chains": summary.get("field_moments_draws"),
+                "every": summary.field_moments_every,
+                "draws_all_chains": summary.field_moments_draws,
             },
         }
     )
@@ -548,9 +534,9 @@ def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict, kbin
     data = run.load_data("data")
     if data is not None and model.is_gaussian_likelihood:
         refs["data"] = models.measure_power_np(np.nan_to_num(data), model.grid, kbins).power
-    if summary["field_mean"] is not None:
+    if summary.field_mean is not None:
         refs["posterior_mean"] = models.measure_power_np(
-            summary["field_mean"], model.grid, kbins
+            summary.field_mean, model.grid, kbins
         ).power
     io.write_power(run.power, kbins.k, traces["power"], kbins.num_modes, refs)
 
@@ -785,32 +771,27 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
             coverage_result=cov,
             num_modes=power.get("nmodes"),
         )
-    kind = config.sampler.kind
+    sampler = config.sampler
     tuning = _sampler_tuning(rundir)
-    micro = {}
-    if kind in cfg.MICROCANONICAL_KINDS:
-        micro = {
-            "adjusted": kind == "mams",
-            "bias_tolerance": config.sampler.desired_energy_var,  # None for mams
-        }
     summary = diagnostics.build_summary(
         posterior=posterior,
         sample_stats=stats,
-        target_accept_prob=config.sampler.target_accept_prob,
-        max_tree_depth=config.sampler.max_tree_depth if kind in ("nuts", "fieldnuts") else None,
+        # a kind's own options (None where they do not apply)
+        target_accept_prob=getattr(sampler, "target_accept_prob", None),
+        max_tree_depth=getattr(sampler, "max_tree_depth", None),
         dimension=(tuning or {}).get("tuned", {}).get("dimension"),
-        desired_energy_var=config.sampler.desired_energy_var,
+        desired_energy_var=getattr(sampler, "desired_energy_var", None),
         field=field_summary,
         truth=truth_summary,
         scalars_method="numpy",
         metadata={
             "run_dir": str(rundir.root),
             "diagnosed_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "sampler": kind,
-            "preconditioner": config.sampler.preconditioner,
+            "sampler": sampler.kind,
+            "preconditioner": sampler.preconditioner,
             "likelihood": config.model.likelihood.kind,
             "grid_shape": list(config.grid.shape),
-            **micro,
+            **sampler.sampler_kind.summary_metadata(sampler),
             "tuning": tuning,
             **_distribution_note(config),
         },
@@ -853,21 +834,9 @@ def _distribution_note(config: cfg.Config) -> dict:
             "tracked modes, running mean/variance); stored draws gathered to the host",
             "checkpoint": "state, gradient and field moments gathered to host NumPy "
             "after every chunk, re-sharded on resume",
-            "sampler": _SHARDED_SAMPLER_NOTES[config.sampler.kind],
+            "sampler": config.sampler.sampler_kind.mesh_note,
         }
     }
-
-
-_SHARDED_SAMPLER_NOTES = {
-    "hmc": "hmc, identity metric, fixed leapfrog steps, step size adapted in warm-up by "
-    "host float64 dual averaging (fieldhmc.samplers.sharded)",
-    "mclmc": "mclmc, identity metric, step size and L tuned in warm-up by the staged tuner "
-    "of fieldhmc.samplers.mclmc, its scalar state on the host in float64 "
-    "(fieldhmc.samplers.sharded_mclmc)",
-    "mams": "mams, identity metric, step size and L tuned in warm-up by the staged tuner "
-    "of fieldhmc.samplers.mclmc, its scalar state on the host in float64 "
-    "(fieldhmc.samplers.sharded_mclmc)",
-}
 
 
 #: The PNGs ``plot`` writes; any of them it did not write this time is stale.

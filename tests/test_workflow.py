@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from fieldhmc import cli, workflow
-from fieldhmc.config import MICROCANONICAL_KINDS, load_config
+from fieldhmc.config import load_config
 from fieldhmc.samplers.driver import Sampler
+from fieldhmc.samplers.kinds import MICROCANONICAL_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))

@@ -63,11 +63,8 @@ from fieldhmc.samplers.driver import (
     field_stats_every,
     tuned_parameters,
 )
-from fieldhmc.samplers.kernels import (
-    MAX_ENERGY_ERROR,
-    MICROCANONICAL_KINDS,
-    default_target_accept_prob,
-)
+from fieldhmc.samplers.kernels import MAX_ENERGY_ERROR
+from fieldhmc.samplers.kinds import MICROCANONICAL_KINDS, default_target_accept_prob
 
 __all__ = [
     "ShardedFieldOutputs",
