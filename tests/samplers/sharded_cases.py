@@ -406,8 +406,7 @@ def microcanonical_unsharded_cases():
             "max_energy_error_diff": float(np.max(np.abs(tp["energy_error"] - tu["energy_error"]))),
             "step_size_rel": _max_rel(tp["step_size"], tu["step_size"]),
             "tuned_rel": {
-                k: _max_rel(sp.tuned[k], su.tuned[k])
-                for k in ("step_size", "trajectory_length")
+                k: _max_rel(sp.tuned[k], su.tuned[k]) for k in ("step_size", "trajectory_length")
             },
             "tuned": su.tuned,
             "initial": {"step_size": 0.3, "trajectory_length": 1.0},
