@@ -42,8 +42,6 @@ for _module in _MODULES:
     _REGISTRY[_kind.name] = _kind
 del _module, _kind
 
-KINDS: tuple[str, ...] = tuple(_REGISTRY)
-
 
 def get(name: str) -> SamplerKind:
     """The registered kind called ``name``; ValueError naming the choices otherwise."""
@@ -60,6 +58,9 @@ def all_kinds() -> tuple[SamplerKind, ...]:
 def names_where(predicate) -> tuple[str, ...]:
     """Names of the kinds for which ``predicate(kind)`` holds, in registration order."""
     return tuple(k.name for k in _REGISTRY.values() if predicate(k))
+
+
+KINDS: tuple[str, ...] = names_where(lambda k: True)
 
 
 # Groups other modules still import by name (the sharded sampler).
