@@ -143,7 +143,7 @@ def child(
     times = {name: [] for name in fns}
     sampler_ms = []
 
-    fo = workflow._field_outputs(config, model)[0] if field_outputs else None
+    fo = workflow._field_outputs(config, model) if field_outputs else None
     settings = workflow._settings(config)
     sampler = Sampler(
         target, settings, model.latent_names, workflow._scales(config, model, data), fo

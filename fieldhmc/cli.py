@@ -511,9 +511,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _make_mesh(config: Config) -> None:
     """Create the mesh's (virtual CPU) devices before TensorFlow initialises any."""
     if config.distribution is not None:
-        from fieldhmc.ops.sharded import make_mesh
-
-        make_mesh(config.distribution.mesh[0], config.distribution.devices)
+        _workflow().make_mesh(config)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
