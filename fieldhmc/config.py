@@ -1062,13 +1062,13 @@ def default_preconditioner(config: "Config") -> str:
 
     ``posterior`` (the Fourier-diagonal posterior precision
     :math:`1 + s_k \\overline{W}`) without a mask: exact for Gaussian noise of scalar
-    sigma; for Poisson counts 1.2x fewer gradients per min-ESS than ``prior`` at 32³.
-    With a mask, :math:`\\overline W` (the mean of the mask times the noise precision)
-    shrinks the step of the masked voxels too, whose posterior is the prior: at 32³ with
-    a 20% slab, fieldnuts, ``posterior`` needed 1.8-2.1x (Gaussian) and 16x (Poisson) the
-    gradients per min-ESS of ``prior`` (``benchmarks/sampling.py``, README). Sampled
-    hyperparameters get ``prior`` (the metric would be fixed at the fiducial values; not
-    measured); the sharded sampler runs ``identity`` only.
+    sigma, and fewer gradients per min-ESS than ``prior`` for Poisson counts. With a
+    mask, :math:`\\overline W` (the mean of the mask times the noise precision) shrinks
+    the step of the masked voxels too, whose posterior is the prior: there ``prior``
+    needs fewer gradients per min-ESS (``benchmarks/sampling.py``; the figures are in
+    ``benchmarks/README.md``). Sampled hyperparameters get ``prior`` (the metric would
+    be fixed at the fiducial values; not measured); the sharded sampler runs
+    ``identity`` only.
     """
     if config.distribution is not None:
         return "identity"

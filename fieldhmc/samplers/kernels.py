@@ -90,10 +90,11 @@ def standard_normal(shape, seed, dtype: tf.DType = tf.float32) -> tf.Tensor:
     :math:`2^{24}` equally likely levels, exactly symmetric (largest :math:`|z|` = 5.42).
     ``tf.math.ndtri`` is Cephes' in eager mode (relative error below 1e-6) and
     :math:`\sqrt 2\, \mathrm{erf}^{-1}(2p - 1)` under XLA (below 6e-6, both against
-    float64; ``tests/samplers/test_kernels.py``). Under XLA:CPU this costs 0.4--0.5 of
+    float64; ``tests/samplers/test_kernels.py``). Under XLA:CPU this costs about half of
     ``tf.random.stateless_normal`` (Box--Muller: a logarithm, a sine and a cosine per
-    pair), which at 128³ x 2 chains took 85--98 ms, about two gradients of the Gaussian
-    model, once per HMC transition. Other dtypes take TFP HMC's own draw
+    pair), which cost about two gradients of the Gaussian model once per HMC transition
+    (measurements in ``benchmarks/README.md``, ``scaling.py``). Other dtypes take TFP
+    HMC's own draw
     (``tfp.random``'s ``samplers.normal``), so float64 runs are unchanged.
 
     A static shape ``[..., n1, n2]`` of rank >= 3 with :math:`4 \mid n_1 n_2` is drawn
