@@ -107,7 +107,7 @@ def child(args) -> dict:
     n = args.grid
     cw = {}
     _patch(workflow, "build_model", meter, "build model")
-    _patch(workflow, "_obtain_data", meter, "simulate truth + data")
+    _patch(workflow, "obtain_data", meter, "simulate truth + data")
     _patch(workflow, "_write_data", meter, "write data")
     _patch(workflow, "_scales", meter, "posterior preconditioner")
     _patch(driver.Sampler, "_fresh_state", meter, "initial state + bootstrap (compile)")

@@ -180,11 +180,11 @@ def run_kind(problem: Problem, kind: str, args) -> dict:
     grads = int(sum(int(t["n_steps"].sum()) for t in sink.traces))
     energy_error = np.concatenate([t["energy_error"] for t in sink.traces])
     dim = post.shape[-1] + len(scalars)
-    tuned = summary["tuned"]
+    tuned = summary.tuned
     return {
         "post": post,
         "hyper": hyper,
-        "warmup_grads": summary["warmup_gradient_evaluations"],
+        "warmup_grads": summary.warmup_gradient_evaluations,
         "grads": grads,
         "seconds": seconds,
         "step_size": tuned["step_size"],
@@ -193,8 +193,8 @@ def run_kind(problem: Problem, kind: str, args) -> dict:
         "accept": _nanmean(np.concatenate([t["acceptance_rate"] for t in sink.traces])),
         "draws": post.shape[1],
         "ms_per_gradient": 1e3
-        * summary["sampling_seconds"]
-        / max(1, summary["sampling_batched_gradients"]),
+        * summary.sampling_seconds
+        / max(1, summary.sampling_batched_gradients),
     }
 
 
@@ -493,7 +493,7 @@ def _driver_runner(problem: Problem, kind: str, step_size: float, big_l: float, 
     def fn():
         with tempfile.TemporaryDirectory() as d:
             summary = sampler.run(MemorySink(), Path(d), problem.init, progress=False)
-        return summary["sampling_seconds"] / summary["sampling_batched_gradients"]
+        return summary.sampling_seconds / summary.sampling_batched_gradients
 
     fn()  # compiles
     return fn

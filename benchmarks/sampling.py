@@ -119,9 +119,9 @@ def run_one(
     sink = MemorySink()
     with tempfile.TemporaryDirectory() as d:
         summary = sampler.run(sink, Path(d), init, progress=False)
-    batched = max(summary["sampling_batched_gradients"], 1)
+    batched = max(summary.sampling_batched_gradients, 1)
     out = {
-        "ms_per_grad": 1e3 * summary["sampling_seconds"] / batched,
+        "ms_per_grad": 1e3 * summary.sampling_seconds / batched,
         "leapfrogs": batched / settings.num_results,
         "step_size": float(np.mean(sink.traces[-1]["step_size"])) if sink.traces else float("nan"),
     }

@@ -143,7 +143,7 @@ def child(
     times = {name: [] for name in fns}
     sampler_ms = []
 
-    fo = workflow._field_outputs(config, model)[0] if field_outputs else None
+    fo = workflow._field_outputs(config, model) if field_outputs else None
     settings = workflow._settings(config)
     sampler = Sampler(
         target, settings, model.latent_names, workflow._scales(config, model, data), fo
@@ -155,8 +155,8 @@ def child(
             times[name].append(t)
         with tempfile.TemporaryDirectory() as d:
             summary = sampler.run(MemorySink(), Path(d), init, progress=False)
-        grads = max(1, summary["sampling_batched_gradients"])
-        sampler_ms.append(1e3 * summary["sampling_seconds"] / grads)
+        grads = max(1, summary.sampling_batched_gradients)
+        sampler_ms.append(1e3 * summary.sampling_seconds / grads)
     for name, t in median_seconds(fns, repeats=repeats).items():
         times[name].append(t)
     ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}

@@ -295,7 +295,7 @@ def microcanonical_timing(grids, repeats: int, transitions: int = 10) -> None:
                 sampler = ShardedSampler(target, settings)
                 where = tmp / f"{n}-{name}-{kind}"
                 summary = sampler.run(MemorySink(), where, init, progress=False)  # compiles
-                grads[kind] = summary["sampling_batched_gradients"]
+                grads[kind] = summary.sampling_batched_gradients
 
                 def run(sampler=sampler, where=where, init=init):
                     sampler.run(MemorySink(), where, init, progress=False)

@@ -413,8 +413,8 @@ def tf_environment() -> None:
 
     The x86 pip wheels of TensorFlow are oneDNN builds: every buffer above 256 KiB comes
     from a BFC pool ("mklcpu") that grows by doubling regions and never gives freed
-    memory back. In a 256³ run ~100 fields stayed resident after sampling, under
-    diagnose and plot, and 1 GiB of live tensors cost 1.55 GiB of RSS.
+    memory back: freed fields stayed resident through diagnose and plot (measured in
+    ``benchmarks/README.md``, ``memory.py``: "The system allocator").
     ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1`` (tensorflow/tensorflow#54169) hands them to
     malloc, which returns them (the pool itself is still created: #92483). A value the
     user set is kept (``0`` restores the pool).
@@ -511,9 +511,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _make_mesh(config: Config) -> None:
     """Create the mesh's (virtual CPU) devices before TensorFlow initialises any."""
     if config.distribution is not None:
-        from fieldhmc.ops.sharded import make_mesh
-
-        make_mesh(config.distribution.mesh[0], config.distribution.devices)
+        _workflow().make_mesh(config)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -58,7 +58,8 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError, PydanticUndefined
 
-from fieldhmc import datafiles
+from fieldhmc import datafiles, forward_signature
+from fieldhmc.samplers import kinds
 
 __all__ = [
     "Config",
@@ -86,22 +87,6 @@ __all__ = [
     "write_yaml",
 ]
 
-# Default target acceptance probability per sampler kind (``target_accept_prob: null``).
-TARGET_ACCEPT_PROB_DEFAULTS: dict[str, float] = {
-    "hmc": 0.65,
-    "chees": 0.65,
-    "snaper": 0.65,
-    "nuts": 0.8,
-    "fieldnuts": 0.8,
-    "mams": 0.9,
-}
-_TARGET_ACCEPT_BY_VALUE: dict[float, list[str]] = {}
-for _kind, _value in TARGET_ACCEPT_PROB_DEFAULTS.items():
-    _TARGET_ACCEPT_BY_VALUE.setdefault(_value, []).append(_kind)
-del _kind, _value
-NUTS_KINDS = ("nuts", "fieldnuts")
-ENSEMBLE_KINDS = ("chees", "snaper")
-MICROCANONICAL_KINDS = ("mclmc", "mams")
 GAUSSIAN_LIKELIHOODS = ("gaussian", "masked_gaussian")
 DATA_SUFFIXES = (".npy", ".npz", ".h5", ".hdf5")
 
@@ -182,7 +167,7 @@ def _describe_error(
     """Dotted key and concise message for one pydantic error entry (``root``: the
     model validated, default :class:`Config`)."""
     kind = error["type"]
-    loc = tuple(error["loc"])
+    loc, holder = _resolve_loc(error["loc"], root or Config)
     ctx = error.get("ctx") or {}
     if kind == _ERROR_TYPE:
         field = ctx.get("field", "")
@@ -191,7 +176,7 @@ def _describe_error(
     if kind == "missing":
         return key, "required key is missing"
     if kind == "extra_forbidden":
-        return key, _unknown_key_message(loc, root)
+        return key, _unknown_key_message(holder, str(loc[-1]))
     if kind in _BOUNDS:
         symbol, name = _BOUNDS[kind]
         message = f"must be {symbol} {ctx.get(name)}"
@@ -207,15 +192,51 @@ def _describe_error(
     return key, f"{message} (got {_show(error.get('input'))})"
 
 
-def _unknown_key_message(loc: Sequence[object], root: type[BaseModel] | None = None) -> str:
-    model: type[BaseModel] | None = root or Config
-    for part in loc[:-1]:
-        field = model.model_fields.get(part) if model is not None else None
-        model = _model_class(field.annotation) if field is not None else None
+def _tagged_members(field: FieldInfo) -> dict[str, type[BaseModel]]:
+    """Tag -> model of a discriminated-union field (empty for other fields)."""
+    if field.discriminator is None:
+        return {}
+    out = {}
+    for member in get_args(field.annotation):
+        tag = get_args(member.model_fields[field.discriminator].annotation)
+        if tag:
+            out[tag[0]] = member
+    return out
+
+
+def _resolve_loc(
+    loc: Sequence[object], root: type[BaseModel]
+) -> tuple[tuple[object, ...], type[BaseModel] | None]:
+    """``loc`` without the tags of discriminated unions (``sampler.nuts.x`` is
+    ``sampler.x``), and the model holding its last key (None if unknown)."""
+    out: list[object] = []
+    model: type[BaseModel] | None = root
+    holder = model
+    parts = list(loc)
+    i = 0
+    while i < len(parts):
+        part, holder = parts[i], model
+        out.append(part)
+        i += 1
+        field = (
+            model.model_fields.get(part) if model is not None and isinstance(part, str) else None
+        )
+        if field is None:
+            model = None
+            continue
+        members = _tagged_members(field)
+        if members and i < len(parts) and parts[i] in members:
+            model = members[parts[i]]
+            i += 1
+        else:
+            model = _model_class(field.annotation)
+    return tuple(out), holder
+
+
+def _unknown_key_message(model: type[BaseModel] | None, given: str) -> str:
     if model is None:
         return "unknown key"
     allowed = list(model.model_fields)
-    given = str(loc[-1])
     close = [name for name in allowed if name.startswith(given)] or difflib.get_close_matches(
         given, allowed, n=1
     )
@@ -635,61 +656,6 @@ def _sampled_parameter(value: object, where: str) -> SampledParameterConfig:
         raise _field_error(".".join(k for k in (where, key) if k), message) from None
 
 
-def _find_module_file(module: str) -> Path | None:
-    """The source file of ``module`` (dotted) found on ``sys.path`` without importing
-    anything (not even its parent packages); ``None`` if it cannot be located."""
-    import importlib.machinery
-    import sys
-
-    if module in sys.modules:
-        found = getattr(sys.modules[module], "__file__", None)
-        return Path(found) if found and found.endswith(".py") else None
-    path = None
-    spec = None
-    for part in module.split("."):
-        spec = importlib.machinery.PathFinder.find_spec(part, path)
-        if spec is None:
-            return None
-        path = spec.submodule_search_locations
-    origin = getattr(spec, "origin", None)
-    return Path(origin) if origin and str(origin).endswith(".py") else None
-
-
-def _accepted_keywords(target: str) -> tuple[str, set[str]] | None:
-    """``(signature text, keyword names)`` that the function ``target`` accepts after
-    ``delta``, read from its source with :mod:`ast` (nothing is imported); ``None`` if
-    it cannot be told (not found, not a plain ``def`` at module level, or ``**kwargs``)."""
-    import ast
-
-    module, _, attr = target.partition(":")
-    path = Path(module) if module.endswith(".py") else _find_module_file(module)
-    if path is None or "." in attr:
-        return None
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    except (OSError, SyntaxError, ValueError):
-        return None
-    found = None
-    for node in tree.body:  # the last definition at module level wins, as on import
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == attr:
-            found = node
-        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.Import | ast.ImportFrom):
-            targets = getattr(node, "targets", [getattr(node, "target", None)])
-            names = [getattr(t, "id", None) for t in targets]
-            names += [(a.asname or a.name) for a in getattr(node, "names", [])]
-            if attr in names:  # rebound to something else: cannot tell
-                found = None
-    if found is None or found.decorator_list or found.args.kwarg is not None:
-        return None
-    args = found.args
-    # the first positional parameter is delta; the rest and the keyword-only ones are
-    # keywords (other positional-only ones are not)
-    keywords = {a.arg for a in args.args[max(0, 1 - len(args.posonlyargs)) :]}
-    keywords |= {a.arg for a in args.kwonlyargs}
-    shown = ", ".join(a.arg for a in args.posonlyargs + args.args + args.kwonlyargs)
-    return f"{attr}({shown})", keywords
-
-
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 
@@ -808,7 +774,7 @@ class ForwardConfig(BaseModel):
     def _check_params_accepted(self) -> None:
         """Every param is a keyword the function accepts: its source is parsed with
         :mod:`ast`, nothing imported (``run`` imports and calls it as well)."""
-        accepted = _accepted_keywords(self.target)
+        accepted = forward_signature.accepted_keywords(self.target)
         if accepted is None:
             return
         signature, keywords = accepted
@@ -926,68 +892,27 @@ class DataConfig(BaseModel):
         return self
 
 
-class SamplerConfig(BaseModel):
-    """MCMC kernel, adaptation, initialisation and chunked driver settings."""
+def _kind_list() -> str:
+    return "; ".join(f"{k.name}: {k.description}" for k in kinds.all_kinds())
+
+
+class _SamplerCommon(BaseModel):
+    """The settings every sampler kind takes (see :data:`SamplerConfig`)."""
 
     model_config = _FROZEN
 
-    kind: Literal["hmc", "nuts", "fieldnuts", "chees", "snaper", "mclmc", "mams"] = Field(
+    kind: str = Field(
         "hmc",
-        description="hmc: fixed-length HMC; nuts: TFP NUTS; fieldnuts: fieldhmc's corrected "
-        "NUTS; chees / snaper: ensemble trajectory-length adaptation (>= 2 chains); "
-        "mclmc: unadjusted microcanonical Langevin MC (biased by design, step tuned to "
-        "desired_energy_var); mams: Metropolis-adjusted microcanonical sampler (exact). "
-        "mclmc and mams tune step size and L themselves during burn-in.",
+        description=f"{_kind_list()}. Each kind takes the options listed with it below.",
     )
     num_chains: int = _count(4, "Number of parallel chains (>= 1; chees/snaper need >= 2).", ge=1)
     num_burnin_steps: int = _count(200, "Adaptation/burn-in steps per chain (>= 0).", ge=0)
     num_results: int = _count(500, "Kept steps per chain, before thinning (>= 1).", ge=1)
-    num_leapfrog_steps: int | None = _count(16, "Leapfrog steps per trajectory; hmc only.", ge=1)
-    jitter_leapfrog: bool | None = Field(
-        False,
-        strict=True,
-        description="Draw the leapfrog count uniformly in [1, num_leapfrog_steps]; hmc only.",
-    )
-    max_tree_depth: int | None = _count(
-        10, "Maximum NUTS tree depth, 1..15; nuts and fieldnuts only.", ge=1, le=15
-    )
-    target_accept_prob: float | None = _finite(
-        None,
-        "Step-size adaptation target in (0, 1); null means "
-        + ", ".join(
-            f"{value} for {'/'.join(kinds)}" for value, kinds in _TARGET_ACCEPT_BY_VALUE.items()
-        )
-        + "; not used by mclmc (no Metropolis test).",
-        gt=0,
-        lt=1,
-    )
     step_size: Positive = Field(
         0.1,
         description="Initial leapfrog step size (> 0); adapted during burn-in. For "
         "mclmc/mams in units of sqrt(d) (the whitened state moves by step_size*sqrt(d) "
         "per step, as in HMC).",
-    )
-    trajectory_length: float | None = _finite(
-        1.0,
-        "Initial momentum decoherence length L / sqrt(d) (> 0), tuned during burn-in; "
-        "mclmc and mams only.",
-        gt=0,
-    )
-    desired_energy_var: float | None = _finite(
-        5e-4,
-        "Bias tolerance of mclmc: the energy-error variance per dimension Var[dE]/d the "
-        "step size is tuned to (> 0; BlackJAX's default 5e-4); for Gaussian targets it "
-        "bounds the squared relative bias of the variances (arXiv:2412.08876); mclmc only.",
-        gt=0,
-        lt=1,
-    )
-    integrator: Literal["minimal_norm", "leapfrog"] | None = Field(
-        "minimal_norm",
-        description="Isokinetic integrator: minimal_norm (2nd-order McLachlan/Omelyan, 2 "
-        "gradients per step, BlackJAX's default) or leapfrog; mclmc and mams only.",
-    )
-    step_size_jitter: float | None = _finite(
-        0.0, "Relative step-size jitter per step, in [0, 1); fieldnuts only.", ge=0, lt=1
     )
     preconditioner: Literal["identity", "diagonal", "prior", "posterior"] | None = Field(
         None,
@@ -995,10 +920,9 @@ class SamplerConfig(BaseModel):
         "the modes); posterior (Gaussian-approximation posterior covariance of the modes). "
         "Default (null): prior when the likelihood has a mask (masked_gaussian, or "
         "lognormal_poisson with a mask: the posterior metric spreads the mean noise "
-        "precision over the masked voxels too; at 32³ it needed 1.8x (Gaussian) and 16x "
-        "(Poisson) the gradients per min-ESS, benchmarks/README.md) or hyperparameters are "
-        "sampled; posterior otherwise (exact for gaussian with scalar sigma); identity with "
-        "a distribution section.",
+        "precision over the masked voxels too, see benchmarks/README.md) or "
+        "hyperparameters are sampled; posterior otherwise (exact for gaussian with scalar "
+        "sigma); identity with a distribution section.",
     )
     init: Literal["prior", "zeros", "wiener"] = Field(
         "prior",
@@ -1012,38 +936,74 @@ class SamplerConfig(BaseModel):
     chunk_size: int = _count(50, "Steps per compiled chunk between checkpoints (>= 1).", ge=1)
     thin: int = _count(1, "Keep every thin-th draw (>= 1).", ge=1)
 
+    @property
+    def sampler_kind(self) -> kinds.SamplerKind:
+        """The registered kind (:mod:`fieldhmc.samplers.kinds`)."""
+        return kinds.get(self.kind)
+
     @model_validator(mode="after")
-    def _check_kind(self) -> "SamplerConfig":
-        kind = self.kind
-        actual = f"sampler.kind={kind}"
-        for name in ("num_leapfrog_steps", "jitter_leapfrog"):
-            _apply_kind_rule(self, name, kind == "hmc", "sampler.kind=hmc", actual)
-        _apply_kind_rule(
-            self, "max_tree_depth", kind in NUTS_KINDS, "sampler.kind is nuts or fieldnuts", actual
-        )
-        _apply_kind_rule(
-            self, "step_size_jitter", kind == "fieldnuts", "sampler.kind=fieldnuts", actual
-        )
-        micro = kind in MICROCANONICAL_KINDS
-        for name in ("trajectory_length", "integrator"):
-            _apply_kind_rule(self, name, micro, "sampler.kind is mclmc or mams", actual)
-        _apply_kind_rule(self, "desired_energy_var", kind == "mclmc", "sampler.kind=mclmc", actual)
-        _apply_kind_rule(
-            self, "target_accept_prob", kind != "mclmc", "sampler.kind is not mclmc", actual
-        )
-        if micro and self.preconditioner == "diagonal":
-            raise _field_error(
-                "preconditioner",
-                f"diagonal (windowed adaptation) does not combine with sampler.kind={kind}'s "
-                "own tuning; use identity, prior or posterior",
-            )
-        if kind in ENSEMBLE_KINDS and self.num_chains < 2:
-            raise _field_error(
-                "num_chains", f"sampler.kind={kind} needs >= 2 chains (got {self.num_chains})"
-            )
-        if self.target_accept_prob is None and kind != "mclmc":
-            _set_resolved(self, target_accept_prob=TARGET_ACCEPT_PROB_DEFAULTS[kind])
+    def _check_kind(self) -> "_SamplerCommon":
+        kind = self.sampler_kind
+        try:
+            kind.check(self)
+        except kinds.OptionError as exc:
+            raise _field_error(exc.field, exc.message) from None
+        if "target_accept_prob" in type(self).model_fields and self.target_accept_prob is None:
+            _set_resolved(self, target_accept_prob=kind.default_target_accept_prob)
         return self
+
+
+# One section model per kind: the common settings plus the kind's own options.
+_SAMPLER_SECTIONS: dict[str, type[_SamplerCommon]] = {
+    k.name: type(
+        f"{type(k).__name__}SamplerConfig",
+        (k.options, _SamplerCommon),
+        {"__module__": __name__, "__doc__": f"``sampler`` section of kind {k.name}."},
+    )
+    for k in kinds.all_kinds()
+}
+
+#: The ``sampler`` section: a discriminated union on ``kind`` of the kinds' sections.
+SamplerConfig = Annotated[
+    Union[tuple(_SAMPLER_SECTIONS.values())],  # noqa: UP007 (built from the registry)
+    Field(discriminator="kind"),
+]
+
+
+def _kinds_text(names: Sequence[str]) -> str:
+    """When an option applies: ``sampler.kind=hmc``, ``sampler.kind is nuts or fieldnuts``,
+    ``sampler.kind is not mclmc``."""
+    if len(names) == 1:
+        return f"sampler.kind={names[0]}"
+    others = [n for n in kinds.KINDS if n not in names]
+    if len(others) == 1:
+        return f"sampler.kind is not {others[0]}"
+    return f"sampler.kind is {', '.join(names[:-1])} or {names[-1]}"
+
+
+def _sampler_section(value: object) -> object:
+    """The raw ``sampler`` mapping with its kind (default hmc) and without the options
+    that do not apply to it: an error if given (not null), dropped if null. A null own
+    option takes its default."""
+    if not isinstance(value, Mapping):
+        return value
+    value = dict(value)
+    name = value.setdefault("kind", "hmc")
+    if not isinstance(name, str) or name not in kinds.KINDS:
+        choices = ", ".join(repr(k) for k in kinds.KINDS[:-1]) + f" or {kinds.KINDS[-1]!r}"
+        raise _field_error("kind", f"must be {choices} (got {_show(name)})")
+    own = kinds.get(name).option_names
+    for key in [k for k in value if k not in _SamplerCommon.model_fields]:
+        owners = kinds.names_where(lambda k, key=key: key in k.option_names)
+        if value[key] is None and (owners or key in own):
+            del value[key]
+        elif owners and key not in own:
+            raise _field_error(
+                key,
+                f"only used when {_kinds_text(owners)} (here sampler.kind={name}); "
+                "remove it or set it to null",
+            )
+    return value
 
 
 class OutputsConfig(BaseModel):
@@ -1094,7 +1054,7 @@ class DistributionConfig(BaseModel):
         return value
 
 
-SHARDED_KINDS = ("hmc", "mclmc", "mams")  # what fieldhmc.samplers.sharded runs
+SHARDED_KINDS = kinds.names_where(lambda k: k.runs_on_mesh)  # fieldhmc.samplers.sharded
 
 
 def default_preconditioner(config: "Config") -> str:
@@ -1102,13 +1062,13 @@ def default_preconditioner(config: "Config") -> str:
 
     ``posterior`` (the Fourier-diagonal posterior precision
     :math:`1 + s_k \\overline{W}`) without a mask: exact for Gaussian noise of scalar
-    sigma; for Poisson counts 1.2x fewer gradients per min-ESS than ``prior`` at 32³.
-    With a mask, :math:`\\overline W` (the mean of the mask times the noise precision)
-    shrinks the step of the masked voxels too, whose posterior is the prior: at 32³ with
-    a 20% slab, fieldnuts, ``posterior`` needed 1.8-2.1x (Gaussian) and 16x (Poisson) the
-    gradients per min-ESS of ``prior`` (``benchmarks/sampling.py``, README). Sampled
-    hyperparameters get ``prior`` (the metric would be fixed at the fiducial values; not
-    measured); the sharded sampler runs ``identity`` only.
+    sigma, and fewer gradients per min-ESS than ``prior`` for Poisson counts. With a
+    mask, :math:`\\overline W` (the mean of the mask times the noise precision) shrinks
+    the step of the masked voxels too, whose posterior is the prior: there ``prior``
+    needs fewer gradients per min-ESS (``benchmarks/sampling.py``; the figures are in
+    ``benchmarks/README.md``). Sampled hyperparameters get ``prior`` (the metric would
+    be fixed at the fiducial values; not measured); the sharded sampler runs
+    ``identity`` only.
     """
     if config.distribution is not None:
         return "identity"
@@ -1130,10 +1090,10 @@ def _check_distribution(config: "Config") -> None:
         )
     problems = [
         (
-            config.sampler.kind not in SHARDED_KINDS,
+            not config.sampler.sampler_kind.runs_on_mesh,
             f"sampler.kind in {', '.join(SHARDED_KINDS)} (got {config.sampler.kind})",
         ),
-        (config.sampler.jitter_leapfrog, "sampler.jitter_leapfrog=false"),
+        (getattr(config.sampler, "jitter_leapfrog", False), "sampler.jitter_leapfrog=false"),
         (
             config.sampler.preconditioner != "identity",
             f"sampler.preconditioner=identity (got {config.sampler.preconditioner})",
@@ -1163,7 +1123,9 @@ class Config(BaseModel):
     grid: GridConfig = Field(default_factory=GridConfig, description="Grid and box.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Prior and likelihood.")
     data: DataConfig = Field(default_factory=DataConfig, description="Observed data.")
-    sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="MCMC sampler.")
+    sampler: SamplerConfig = Field(
+        default_factory=_SAMPLER_SECTIONS["hmc"], description="MCMC sampler."
+    )
     outputs: OutputsConfig = Field(default_factory=OutputsConfig, description="Run outputs.")
     precision: Literal["float32", "float64"] = Field(
         "float32", description="Floating-point precision of the computation."
@@ -1171,6 +1133,11 @@ class Config(BaseModel):
     distribution: DistributionConfig | None = Field(
         None, description="Shard the field over a device mesh; null runs on one device."
     )
+
+    @field_validator("sampler", mode="before")
+    @classmethod
+    def _sampler_kind_rules(cls, value: object) -> object:
+        return _sampler_section(value)
 
     @model_validator(mode="after")
     def _cross_check(self) -> "Config":
@@ -1420,16 +1387,21 @@ def _is_path_field(field: FieldInfo) -> bool:
 
 
 def _field_at(dotted: str) -> FieldInfo | None:
-    """The schema field named by a dotted key, or ``None`` if there is none."""
-    model: type[BaseModel] | None = Config
+    """The schema field named by a dotted key, or ``None`` if there is none (a key of a
+    discriminated union's section is found in any of its members)."""
+    candidates: list[type[BaseModel]] = [Config]
     field: FieldInfo | None = None
     for part in dotted.split("."):
-        if model is None:
+        found = [m.model_fields[part] for m in candidates if part in m.model_fields]
+        if not found:
             return None
-        field = model.model_fields.get(part)
-        if field is None:
-            return None
-        model = _model_class(field.annotation)
+        field = found[0]
+        members = _tagged_members(field)
+        if members:
+            candidates = list(members.values())
+        else:
+            sub = _model_class(field.annotation)
+            candidates = [sub] if sub is not None else []
     return field
 
 
@@ -1568,11 +1540,55 @@ def _default_text(field: FieldInfo) -> str:
     return _value_text(_plain(field.default))
 
 
+def _field_lines(key: str, field: FieldInfo, lines: list[str], note: str = "") -> None:
+    lines.append(f"{key}: {_type_text(field.annotation)} = {_default_text(field)}{note}")
+    lines.extend(
+        textwrap.wrap(field.description or "", 96, initial_indent="    ", subsequent_indent="    ")
+    )
+
+
+def _union_lines(key: str, members: Mapping[str, type[BaseModel]], lines: list[str]) -> None:
+    """A discriminated union's section: the keys all members share, then each member's
+    own keys (one entry per distinct declaration, naming the tags that take it)."""
+    models = list(members.values())
+    shared = [n for n in models[0].model_fields if all(n in m.model_fields for m in models)]
+    discriminator = next(
+        n
+        for n in shared
+        if all(get_origin(m.model_fields[n].annotation) is Literal for m in models)
+    )
+    for name in shared:
+        field = models[0].model_fields[name]
+        if name == discriminator:  # its description is the base model's
+            described = (getattr(b, "model_fields", {}).get(name) for b in models[0].__mro__)
+            text = next((f.description for f in described if f and f.description), "")
+            lines.append(f"{key}.{name}: {' | '.join(members)} = {_default_text(field)}")
+            lines.extend(textwrap.wrap(text, 96, initial_indent="    ", subsequent_indent="    "))
+        else:
+            _field_lines(f"{key}.{name}", field, lines)
+    entries: dict[tuple[str, str, str, str], list[str]] = {}
+    for tag, model in members.items():
+        for name, field in model.model_fields.items():
+            if name not in shared:
+                ident = (
+                    name,
+                    _type_text(field.annotation),
+                    _default_text(field),
+                    field.description or "",
+                )
+                entries.setdefault(ident, []).append(tag)
+    for (name, *_), tags in entries.items():
+        fields = members[tags[0]].model_fields
+        _field_lines(
+            f"{key}.{name}", fields[name], lines, f"  [{discriminator}: {', '.join(tags)}]"
+        )
+
+
 def _schema_lines(model: type[BaseModel], prefix: str, lines: list[str]) -> None:
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
+        members = _tagged_members(field)
         sub = _model_class(field.annotation)
-        default = _default_text(field)
         if sub is not None:
             optional = " (optional section, default null)" if field.default is None else ""
             lines.append(f"{key}:{optional}")
@@ -1581,14 +1597,12 @@ def _schema_lines(model: type[BaseModel], prefix: str, lines: list[str]) -> None
                     field.description or "", 96, initial_indent="    ", subsequent_indent="    "
                 )
             )
-            _schema_lines(sub, f"{key}.", lines)
+            if members:
+                _union_lines(key, members, lines)
+            else:
+                _schema_lines(sub, f"{key}.", lines)
             continue
-        lines.append(f"{key}: {_type_text(field.annotation)} = {default}")
-        lines.extend(
-            textwrap.wrap(
-                field.description or "", 96, initial_indent="    ", subsequent_indent="    "
-            )
-        )
+        _field_lines(key, field, lines)
 
 
 def schema_text() -> str:

@@ -77,8 +77,9 @@ OWNED_NAMES = (
 
 
 LOCK_NAME = ".fieldhmc.lock"
-#: ``checkpoint/<name>``: the sampler's checkpoint (``fieldhmc.samplers.checkpoint``
-#: writes it; named here too so that ``resume`` checks it before TensorFlow starts).
+#: ``checkpoint/<name>``: the sampler's checkpoint, written by
+#: :mod:`fieldhmc.samplers.checkpoint` (which takes the name from here) and checked by
+#: :func:`check_resumable` before TensorFlow starts.
 CHECKPOINT_FILE = "state.npz"
 
 

@@ -89,19 +89,21 @@ def _cache_key(raw: Mapping[str, Any]) -> str:
 
 
 def _compiled(config: cfg.Config, data: np.ndarray):
-    """This thread's (model, target, sampler) for ``config``, re-pinned to ``data``."""
+    """This worker thread's :class:`~fieldhmc.workflow.Built` for ``config`` (compiled
+    once for the configs that differ only in their seeds), re-pinned to ``data``.
+
+    A Dask worker calls the job function once per job: the thread keeps the last
+    compiled sampler for the next job of the same config (a sampler's carried state
+    cannot serve two threads at once, hence per thread)."""
     from fieldhmc import workflow
 
     key = _cache_key(config.to_dict())
     cached = getattr(_local, "sbc", None)
     if cached is None or cached[0] != key:
-        model = workflow.build_model(config)
-        target = model.repinnable_target_log_prob_fn(data)
-        sampler = workflow.build_sampler(config, model, target, data)
-        _local.sbc = cached = (key, model, target, sampler)
-    _, model, target, sampler = cached
-    target.pin(data)
-    return model, sampler
+        _local.sbc = cached = (key, workflow.build(config, data, repinnable=True))
+    built = cached[1]
+    built.repin(data)
+    return built
 
 
 def _record_attempt(out: Path) -> None:
@@ -139,15 +141,14 @@ def sbc_realisation(job: SbcJob) -> dict:
 
     config = cfg.config_from_dict(job.config, out)
     sim_config = cfg.config_from_dict(job.simulate_config, out)
-    sim_model = workflow.build_model(sim_config)
-    d = workflow._obtain_data(sim_config, sim_model)
-    model, sampler = _compiled(config, d.data)
+    d = workflow.obtain_data(sim_config, workflow.build_model(sim_config))
+    built = _compiled(config, d.data)
+    model = built.model
     run = io.prepare_run_directory(out, overwrite=True)
-    workflow._write_config(run, config)
-    workflow._write_data(run, model, d)
-    summary = workflow._sample(
-        run, config, model, d.data, resume_run=False, progress=False, sampler=sampler
-    )
+    workflow.write_inputs(run, config, model, d)
+    init = workflow.initial_state(config, built, d.data)
+    result = workflow.sample(run, config, built, init, progress=False)
+    workflow.export(run, config, built, result)
 
     traces = read_traces(run.traces)
     fields = read_fields(run.fields, ("draws",))["draws"]  # [F, chains, n0, n1, n2]
@@ -158,7 +159,7 @@ def sbc_realisation(job: SbcJob) -> dict:
     def pooled(values: np.ndarray) -> np.ndarray:  # [F, chains, ...] -> [L, ...]
         return values.reshape(num_draws, *values.shape[2:]).astype(np.float64)
 
-    field_outputs, kbins, idx = workflow._field_outputs(config, model)
+    field_outputs, kbins, idx = built.field_outputs, built.kbins, built.tracked
     import tensorflow as tf
 
     truth_delta = tf.constant(d.truth[None], model.dtype)
@@ -220,7 +221,7 @@ def sbc_realisation(job: SbcJob) -> dict:
         "posterior_sd": draws_all.std(axis=0, ddof=1).tolist(),
         "data_seed": sim_config.data.seed,
         "sampler_seed": config.sampler.seed,
-        "gradient_evaluations": int(summary["gradient_evaluations"]),
+        "gradient_evaluations": int(result.gradient_evaluations),
         "seconds": time.perf_counter() - t0,
         "pid": os.getpid(),
     }
@@ -583,13 +584,14 @@ def sweep_run(job: SweepJob) -> dict:
 
     t0 = time.perf_counter()
     config = cfg.config_from_dict(job.config, out)
-    # workflow.run, with this worker's compiled sampler when only the seeds differ.
-    d = workflow._obtain_data(config, workflow.build_model(config))
-    model, sampler = _compiled(config, d.data)
+    # workflow.run's steps, with this worker's compiled sampler when only the seeds differ.
+    d = workflow.obtain_data(config, workflow.build_model(config))
+    built = _compiled(config, d.data)
     run = io.prepare_run_directory(out, overwrite=True)
-    workflow._write_config(run, config)
-    workflow._write_data(run, model, d)
-    workflow._sample(run, config, model, d.data, resume_run=False, progress=False, sampler=sampler)
+    workflow.write_inputs(run, config, built.model, d)
+    init = workflow.initial_state(config, built, d.data)
+    result = workflow.sample(run, config, built, init, progress=False)
+    workflow.export(run, config, built, result)
     workflow.diagnose(run.root)
     if job.plots:
         workflow.plot(run.root)

@@ -8,7 +8,6 @@ here parses arguments or prints tables beyond the diagnostics report.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import json
 import logging
@@ -22,7 +21,22 @@ import numpy as np
 from fieldhmc import config as cfg
 from fieldhmc import datafiles, io
 
-__all__ = ["diagnose", "plot", "resume", "run", "simulate"]
+__all__ = [
+    "Built",
+    "build",
+    "build_model",
+    "diagnose",
+    "export",
+    "initial_state",
+    "make_mesh",
+    "obtain_data",
+    "plot",
+    "resume",
+    "run",
+    "sample",
+    "simulate",
+    "write_inputs",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -220,7 +234,8 @@ def _load_data_file(config: cfg.Config, mask: np.ndarray | None) -> np.ndarray:
         )
 
 
-def _obtain_data(config: cfg.Config, model) -> _Data:
+def obtain_data(config: cfg.Config, model) -> _Data:
+    """The data (and, simulated, the truth and its latents) a config describes."""
     if config.data.source == "file":
         data = _load_data_file(config, getattr(model, "mask", None))
         return _Data(model.check_data(data), None, None)
@@ -248,6 +263,12 @@ def _write_data(run: io.RunDirectory, model, d: _Data) -> None:
         io.write_npy(run.data("sigma_map"), np.asarray(sigma))
 
 
+def write_inputs(run: io.RunDirectory, config: cfg.Config, model, d: _Data) -> None:
+    """A run directory's inputs: its config (with the versions) and data files."""
+    _write_config(run, config)
+    _write_data(run, model, d)
+
+
 def _write_config(run: io.RunDirectory, config: cfg.Config) -> None:
     raw = config.to_dict()
     raw["versions"] = _versions()
@@ -272,13 +293,12 @@ def simulate(config: cfg.Config, out_dir: Path, overwrite: bool = False) -> io.R
     model = build_model(config)
     with io.lock_run_directory(out_dir, create=True):
         run = io.prepare_run_directory(out_dir, overwrite)
-        _write_config(run, config)
-        _write_data(run, model, _obtain_data(config, model))
+        write_inputs(run, config, model, obtain_data(config, model))
     _log.info("simulated truth and data in %s", run.data_dir)
     return run
 
 
-# --- sampling ----------------------------------------------------------------------------
+# --- the pipeline: build -> sample -> export (-> diagnose -> plot) ---------------------
 def _settings(config: cfg.Config, num_results: int | None = None):
     from fieldhmc.samplers import SamplerSettings
 
@@ -288,20 +308,13 @@ def _settings(config: cfg.Config, num_results: int | None = None):
         num_chains=s.num_chains,
         num_burnin_steps=s.num_burnin_steps,
         num_results=num_results or s.num_results,
-        num_leapfrog_steps=s.num_leapfrog_steps or 1,
-        jitter_leapfrog=bool(s.jitter_leapfrog),
-        max_tree_depth=s.max_tree_depth or 10,
-        target_accept_prob=s.target_accept_prob,
         step_size=s.step_size,
-        step_size_jitter=s.step_size_jitter or 0.0,
-        trajectory_length=s.trajectory_length or 1.0,
-        desired_energy_var=s.desired_energy_var or 5e-4,
-        integrator=s.integrator or "minimal_norm",
         adapt_diagonal=s.preconditioner == "diagonal",
         chunk_size=s.chunk_size,
         thin=s.thin,
         field_thin=config.outputs.field_thin,
         seed=s.seed,
+        **s.sampler_kind.driver_options(s),
     )
 
 
@@ -356,7 +369,7 @@ def mode_names(indices: np.ndarray) -> list[str]:
     return [f"mode[{i},{j},{k}]" for i, j, k in indices]
 
 
-def _field_outputs(config: cfg.Config, model):
+def _field_outputs(config: cfg.Config, model, field_fn=None):
     import tensorflow as tf
 
     from fieldhmc import models, ops
@@ -373,140 +386,176 @@ def _field_outputs(config: cfg.Config, model):
         modes = tf.transpose(ops.rfft3d(delta), [1, 2, 3, 0])
         return tf.transpose(tf.gather_nd(modes, idx))
 
-    return (
-        FieldOutputs(
-            field_fn=model.field_from_latents,
-            power_fn=power_fn,
-            tracked_fn=tracked_fn if len(idx) else None,
-            store_fields=config.outputs.store_fields,
-        ),
-        kbins,
-        idx,
+    return FieldOutputs(
+        field_fn=field_fn or model.field_from_latents,
+        power_fn=power_fn,
+        tracked_fn=tracked_fn if len(idx) else None,
+        store_fields=config.outputs.store_fields,
     )
 
 
-def build_sampler(config: cfg.Config, model, target_log_prob_fn, data, num_results=None):
-    """The :class:`~fieldhmc.samplers.Sampler` a config describes, around a target.
+@dataclass
+class Built:
+    """What :func:`build` makes of a config: the model, the compiled sampler and what
+    the later steps need of them.
 
-    ``target_log_prob_fn`` is ``model.target_log_prob_fn(data)`` or a
-    :class:`~fieldhmc.models.RepinnableTarget` (then the compiled sampler serves every
-    data set it is re-pinned to; ``data`` only sets the preconditioner's scales, which
-    do not depend on the data values).
+    Attributes
+    ----------
+    model : FieldModel
+    sampler : Sampler or ShardedSampler
+        Compiled once; :func:`sample` runs it (any number of times, any seed).
+    field_outputs : FieldOutputs
+        The field statistics the sampler computes (P(k) and tracked-mode functions).
+    kbins : KBins
+        The P(k) bins.
+    tracked : ndarray
+        ``[T, 3]`` indices of the tracked modes.
+    state_fn : callable
+        Maps the model's initial latents (list of arrays) to the sampler's state.
+    target : RepinnableTarget or None
+        The target the sampler holds, if it can be re-pinned to new data
+        (:meth:`repin`).
+    """
+
+    model: object
+    sampler: object
+    field_outputs: object
+    kbins: object
+    tracked: np.ndarray
+    state_fn: object = None
+    target: object = None
+
+    def repin(self, data: np.ndarray) -> None:
+        """Point the compiled sampler at new data (no retrace): ``build(...,
+        repinnable=True)`` only."""
+        if self.target is None:
+            raise ValueError("this sampler's target is pinned to its data; build it repinnable")
+        self.target.pin(data)
+
+
+def build(
+    config: cfg.Config,
+    data: np.ndarray,
+    *,
+    model=None,
+    mesh=None,
+    num_results: int | None = None,
+    repinnable: bool = False,
+) -> Built:
+    """The model, preconditioner and compiled sampler a config describes, for ``data``.
+
+    Parameters
+    ----------
+    config : Config
+    data : ndarray
+        The observed data: the target is pinned to it and the ``posterior``
+        preconditioner's scales read it.
+    model : FieldModel, optional
+        :func:`build_model`'s (built here if not given).
+    mesh : optional
+        The DTensor mesh of a ``distribution`` config (:func:`make_mesh`): the sampler is
+        then the sharded one, its state the white-noise latent of
+        :class:`~fieldhmc.models.sharded.ShardedGaussianTarget`.
+    num_results : int, optional
+        Replaces ``sampler.num_results`` (resume extends a run).
+    repinnable : bool
+        Build the target re-pinnable (:meth:`Built.repin`): one compiled sampler then
+        serves every data set of a sweep (``data`` only sets the preconditioner's
+        scales, which do not depend on the data values).
     """
     from fieldhmc.samplers import Sampler
 
-    field_outputs, _, _ = _field_outputs(config, model)
+    model = build_model(config) if model is None else model
+    settings = _settings(config, num_results)
+    kbins = model.grid.kbins()
+    tracked = tracked_mode_indices(model.grid, config.outputs.tracked_modes)
+    if mesh is not None:
+        from fieldhmc.models.sharded import ShardedGaussianTarget
+        from fieldhmc.samplers.sharded import ShardedFieldOutputs, ShardedSampler
+
+        outputs = ShardedFieldOutputs(model.grid, kbins, tracked, config.outputs.store_fields)
+        sharded = ShardedGaussianTarget(model, data, mesh)
+        return Built(
+            model,
+            ShardedSampler(sharded, settings, outputs),
+            _field_outputs(config, model),
+            kbins,
+            tracked,
+            # the sharded latent: an orthogonal map of the model's
+            state_fn=lambda init: [sharded.latent_from_model(init[0])],
+        )
+    target = model.repinnable_target_log_prob_fn(data) if repinnable else None
+    target_fn = target if repinnable else model.target_log_prob_fn(data)
     # the target maps latents to fields given its (re-pinnable) data: the 'conditional'
     # parametrisation's latent is measured from a data-dependent mean
-    field_fn = getattr(target_log_prob_fn, "field_from_latents", model.field_from_latents)
-    field_outputs = dataclasses.replace(field_outputs, field_fn=field_fn)
-    return Sampler(
-        target_log_prob_fn,
-        _settings(config, num_results),
-        model.latent_names,
-        _scales(config, model, data),
-        field_outputs,
+    field_fn = getattr(target_fn, "field_from_latents", model.field_from_latents)
+    field_outputs = _field_outputs(config, model, field_fn)
+    sampler = Sampler(
+        target_fn, settings, model.latent_names, _scales(config, model, data), field_outputs
     )
+    return Built(model, sampler, field_outputs, kbins, tracked, target=target)
 
 
-def build_sharded_sampler(config: cfg.Config, model, data, mesh, num_results=None):
-    """The :class:`~fieldhmc.samplers.sharded.ShardedSampler` of a ``distribution`` config.
+def initial_state(config: cfg.Config, built: Built, data: np.ndarray):
+    """The sampler's initial state (``sampler.init``, seed ``sampler.seed + 1``) as an
+    iterator over its parts: once the sampler has loaded it, nothing holds it."""
+    from fieldhmc.samplers import stateless_seed
 
-    The state is the white-noise latent of
-    :class:`~fieldhmc.models.sharded.ShardedGaussianTarget` in x-slabs on ``mesh``
-    (``None``: the same sampler on plain tensors of one device).
-    """
-    from fieldhmc.models.sharded import ShardedGaussianTarget
-    from fieldhmc.samplers.sharded import ShardedFieldOutputs, ShardedSampler
-
-    grid = model.grid
-    outputs = ShardedFieldOutputs(
-        grid,
-        grid.kbins(),
-        tracked_mode_indices(grid, config.outputs.tracked_modes),
-        config.outputs.store_fields,
-    )
-    target = ShardedGaussianTarget(model, data, mesh)
-    return ShardedSampler(target, _settings(config, num_results), outputs)
+    init = [
+        np.asarray(t)
+        for t in built.model.init_latents(
+            config.sampler.init,
+            config.sampler.num_chains,
+            seed=stateless_seed(config.sampler.seed + 1),
+            data=data,
+            jitter=config.sampler.init_jitter,
+        )
+    ]
+    if built.state_fn is not None:
+        init = built.state_fn(init)
+    return iter(init)  # an exhausted list iterator drops its list
 
 
-def _sample(
+def sample(
     run: io.RunDirectory,
     config: cfg.Config,
-    model,
-    data=None,
+    built: Built,
+    init=None,
     *,
-    resume_run: bool,
-    num_results: int | None = None,
-    progress: bool = True,
-    sampler=None,
-    mesh=None,
-) -> dict:
-    """Sample into ``run``; ``sampler``, if given, was built by :func:`build_sampler`
-    for a config that differs from ``config`` at most in its seeds. With a DTensor
-    ``mesh`` (a ``distribution`` config) the sampler is :func:`build_sharded_sampler`'s.
+    resume: bool = False,
+    progress: bool | None = True,
+):
+    """Run ``built.sampler`` into ``run`` (traces, fields, field moments, checkpoint);
+    returns its :class:`~fieldhmc.samplers.RunResult`.
 
-    ``data`` defaults to the run directory's: read here, and dropped (with the
-    initial state) once the sampler holds what it needs, so neither stays alive as a
-    copy through the sampling (a field each)."""
-    from fieldhmc.samplers import H5TraceSink, stateless_seed
+    ``init`` is :func:`initial_state`'s (required unless ``resume``). ``config`` may
+    differ from the one ``built`` was made of in its seeds only.
+    """
+    from fieldhmc.samplers import H5TraceSink
 
-    if data is None:
-        data = run.load_data("data")
-        if data is None:
-            raise FileNotFoundError(f"{run.data('data')} is missing")
-    settings = _settings(config, num_results)
-    if sampler is None and mesh is not None:
-        sampler = build_sharded_sampler(config, model, data, mesh, num_results)
-    if sampler is None:
-        sampler = build_sampler(config, model, model.target_log_prob_fn(data), data, num_results)
-    _, kbins, idx = _field_outputs(config, model)
     sink = H5TraceSink(run.traces, run.fields if config.outputs.store_fields else None)
-    init = None
-    if not resume_run:
-        init = [
-            np.asarray(t)
-            for t in model.init_latents(
-                config.sampler.init,
-                settings.num_chains,
-                seed=stateless_seed(config.sampler.seed + 1),
-                data=data,
-                jitter=config.sampler.init_jitter,
-            )
-        ]
-        if mesh is not None:  # the sharded latent: an orthogonal map of the model's
-            init = [sampler.target.latent_from_model(init[0])]
-        # An iterator: once the sampler has loaded the state, nothing here holds it.
-        init = iter(init)  # an exhausted list iterator drops its list
-    del data
-    if progress is None:
-        progress = _chatty()
-    summary = sampler.run(
+    result = built.sampler.run(
         sink,
         run.checkpoint,
         init,
-        resume=resume_run,
-        progress=progress,
+        resume=resume,
+        progress=_chatty() if progress is None else progress,
         tensorboard_dir=run.root / "tensorboard" if config.outputs.tensorboard else None,
         seed=config.sampler.seed,
     )
-    # Its carried state and compiled chunk are not needed for the export (a sampler the
-    # caller passed in stays alive with the caller).
-    del sampler
-    gc.collect()
-    if summary["field_mean"] is not None:
+    if result.field_mean is not None:
         if not config.outputs.store_fields:
             sink = H5TraceSink(run.traces, run.fields)
-        sink.write_field_moments(summary["field_mean"], summary["field_var"])
-    _export(run, config, model, summary, kbins, idx)
-    return summary
+        sink.write_field_moments(result.field_mean, result.field_var)
+    return result
 
 
-def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict, kbins, idx) -> None:
-    """samples.nc (ArviZ) and power.nc from the streamed traces."""
+def export(run: io.RunDirectory, config: cfg.Config, built: Built, result) -> None:
+    """samples.nc (ArviZ) and power.nc from the streamed traces and ``result``."""
     from fieldhmc import diagnostics, models
     from fieldhmc.samplers import read_traces
 
+    model, kbins, idx = built.model, built.kbins, built.tracked
     traces = read_traces(run.traces)
     # the sampled scalars' physical values (their latents are unconstrained)
     posterior = model.physical_parameters(traces)
@@ -516,27 +565,18 @@ def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict, kbin
         if diagnostics.is_self_conjugate(idx[n], model.grid.grid_shape):
             imag = np.zeros_like(imag)  # zero by symmetry; a float32 FFT leaves ~1e-6
         posterior[f"{name}.imag"] = imag
-    kind = config.sampler.kind
-    stat_names = ["lp", "acceptance_rate", "diverging", "energy", "step_size", "n_steps"]
-    if kind in ("nuts", "fieldnuts"):
-        stat_names.append("tree_depth")
-    if kind in cfg.MICROCANONICAL_KINDS:  # no Hamiltonian energy; no acceptance for mclmc
-        stat_names.remove("energy")
-        stat_names.append("energy_error")
-        if kind == "mclmc":
-            stat_names.remove("acceptance_rate")
-    stats = {name: traces[name] for name in stat_names}
+    stats = {name: traces[name] for name in config.sampler.sampler_kind.stat_names}
     attrs = {f"{k}_version": v for k, v in _versions().items()}
-    attrs["sampler"] = kind
-    attrs["gradient_evaluations"] = str(summary["gradient_evaluations"])
+    attrs["sampler"] = config.sampler.kind
+    attrs["gradient_evaluations"] = str(result.gradient_evaluations)
     attrs["tuning"] = json.dumps(
         {
-            "tuned": summary["tuned"],
-            "warmup_gradient_evaluations": summary["warmup_gradient_evaluations"],
+            "tuned": result.tuned,
+            "warmup_gradient_evaluations": result.warmup_gradient_evaluations,
             # fields.h5 mean / var average every k-th post-warm-up transition (mclmc: k > 1)
             "field_moments": {
-                "every": summary.get("field_moments_every", 1),
-                "draws_all_chains": summary.get("field_moments_draws"),
+                "every": result.field_moments_every,
+                "draws_all_chains": result.field_moments_draws,
             },
         }
     )
@@ -548,20 +588,43 @@ def _export(run: io.RunDirectory, config: cfg.Config, model, summary: dict, kbin
     data = run.load_data("data")
     if data is not None and model.is_gaussian_likelihood:
         refs["data"] = models.measure_power_np(np.nan_to_num(data), model.grid, kbins).power
-    if summary["field_mean"] is not None:
-        refs["posterior_mean"] = models.measure_power_np(
-            summary["field_mean"], model.grid, kbins
-        ).power
+    if result.field_mean is not None:
+        refs["posterior_mean"] = models.measure_power_np(result.field_mean, model.grid, kbins).power
     io.write_power(run.power, kbins.k, traces["power"], kbins.num_modes, refs)
 
 
-def _mesh(config: cfg.Config):
+def make_mesh(config: cfg.Config):
     """The DTensor mesh of a ``distribution`` config (None without); before any TF op."""
     if config.distribution is None:
         return None
-    from fieldhmc.ops.sharded import make_mesh
+    from fieldhmc.ops.sharded import make_mesh as make
 
-    return make_mesh(config.distribution.mesh[0], config.distribution.devices)
+    return make(config.distribution.mesh[0], config.distribution.devices)
+
+
+def _sample_and_export(
+    rundir: io.RunDirectory,
+    config: cfg.Config,
+    model,
+    *,
+    resume: bool,
+    progress: bool,
+    mesh=None,
+    num_results: int | None = None,
+) -> None:
+    """build -> sample -> export, the data read back from ``rundir`` and dropped (with
+    the sampler) as soon as they are not needed: neither stays alive as a copy through
+    the sampling, nor the carried state and compiled chunk through the export."""
+    data = rundir.load_data("data")
+    if data is None:
+        raise FileNotFoundError(f"{rundir.data('data')} is missing")
+    built = build(config, data, model=model, mesh=mesh, num_results=num_results)
+    init = None if resume else initial_state(config, built, data)
+    del data
+    result = sample(rundir, config, built, init, resume=resume, progress=progress)
+    built.sampler = None
+    gc.collect()
+    export(rundir, config, built, result)
 
 
 def run(
@@ -578,20 +641,19 @@ def run(
     before anything in ``out_dir`` is deleted or written until the plots are written:
     another process on the same directory gets :class:`fieldhmc.io.RunDirectoryLocked`.
     """
-    mesh = _mesh(config)
+    mesh = make_mesh(config)
     model = build_model(config)
-    d = _obtain_data(config, model)
+    d = obtain_data(config, model)
     with io.lock_run_directory(out_dir, create=True):
         rundir = io.prepare_run_directory(out_dir, overwrite)
-        _write_config(rundir, config)
-        _write_data(rundir, model, d)
-        # Truth, its latents and the data are on disk now: _sample reads the data back and
-        # the diagnostics the rest.
+        write_inputs(rundir, config, model, d)
+        # Truth, its latents and the data are on disk now: the sampling reads the data
+        # back and the diagnostics the rest.
         del d
-        _sample(rundir, config, model, resume_run=False, progress=progress, mesh=mesh)
+        _sample_and_export(rundir, config, model, resume=False, progress=progress, mesh=mesh)
         # diagnose and plot read everything back from the run directory: the model's
-        # constants are not needed there (~12 fields at 256³; its compiled functions form
-        # reference cycles, hence the collection).
+        # constants are not needed there (its compiled functions form reference cycles,
+        # hence the collection).
         del model
         gc.collect()
         diagnose(rundir.root)
@@ -614,7 +676,7 @@ def resume(run_dir: Path, num_results: int | None = None, progress: bool = True)
 
 def _resume(rundir: io.RunDirectory, num_results: int | None, progress: bool) -> io.RunDirectory:
     config = _read_config(rundir)
-    mesh = _mesh(config)
+    mesh = make_mesh(config)
     if num_results is not None and num_results < config.sampler.num_results:
         raise ValueError(
             f"--num-results {num_results} is fewer than the run's "
@@ -630,7 +692,7 @@ def _resume(rundir: io.RunDirectory, num_results: int | None, progress: bool) ->
         raw["sampler"]["num_results"] = num_results
         config = cfg.config_from_dict(raw, rundir.root)
         _write_config(rundir, config)
-    _sample(rundir, config, model, resume_run=True, progress=progress, mesh=mesh)
+    _sample_and_export(rundir, config, model, resume=True, progress=progress, mesh=mesh)
     diagnose(rundir.root)
     plot(rundir.root)
     return rundir
@@ -785,32 +847,27 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
             coverage_result=cov,
             num_modes=power.get("nmodes"),
         )
-    kind = config.sampler.kind
+    sampler = config.sampler
     tuning = _sampler_tuning(rundir)
-    micro = {}
-    if kind in cfg.MICROCANONICAL_KINDS:
-        micro = {
-            "adjusted": kind == "mams",
-            "bias_tolerance": config.sampler.desired_energy_var,  # None for mams
-        }
     summary = diagnostics.build_summary(
         posterior=posterior,
         sample_stats=stats,
-        target_accept_prob=config.sampler.target_accept_prob,
-        max_tree_depth=config.sampler.max_tree_depth if kind in ("nuts", "fieldnuts") else None,
+        # a kind's own options (None where they do not apply)
+        target_accept_prob=getattr(sampler, "target_accept_prob", None),
+        max_tree_depth=getattr(sampler, "max_tree_depth", None),
         dimension=(tuning or {}).get("tuned", {}).get("dimension"),
-        desired_energy_var=config.sampler.desired_energy_var,
+        desired_energy_var=getattr(sampler, "desired_energy_var", None),
         field=field_summary,
         truth=truth_summary,
         scalars_method="numpy",
         metadata={
             "run_dir": str(rundir.root),
             "diagnosed_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "sampler": kind,
-            "preconditioner": config.sampler.preconditioner,
+            "sampler": sampler.kind,
+            "preconditioner": sampler.preconditioner,
             "likelihood": config.model.likelihood.kind,
             "grid_shape": list(config.grid.shape),
-            **micro,
+            **sampler.sampler_kind.summary_metadata(sampler),
             "tuning": tuning,
             **_distribution_note(config),
         },
@@ -853,21 +910,9 @@ def _distribution_note(config: cfg.Config) -> dict:
             "tracked modes, running mean/variance); stored draws gathered to the host",
             "checkpoint": "state, gradient and field moments gathered to host NumPy "
             "after every chunk, re-sharded on resume",
-            "sampler": _SHARDED_SAMPLER_NOTES[config.sampler.kind],
+            "sampler": config.sampler.sampler_kind.mesh_note,
         }
     }
-
-
-_SHARDED_SAMPLER_NOTES = {
-    "hmc": "hmc, identity metric, fixed leapfrog steps, step size adapted in warm-up by "
-    "host float64 dual averaging (fieldhmc.samplers.sharded)",
-    "mclmc": "mclmc, identity metric, step size and L tuned in warm-up by the staged tuner "
-    "of fieldhmc.samplers.mclmc, its scalar state on the host in float64 "
-    "(fieldhmc.samplers.sharded_mclmc)",
-    "mams": "mams, identity metric, step size and L tuned in warm-up by the staged tuner "
-    "of fieldhmc.samplers.mclmc, its scalar state on the host in float64 "
-    "(fieldhmc.samplers.sharded_mclmc)",
-}
 
 
 #: The PNGs ``plot`` writes; any of them it did not write this time is stale.

@@ -2,6 +2,8 @@
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -77,11 +79,17 @@ def test_config_yaml_of_a_run_follows_the_umask(tmp_path, umask, monkeypatch):
     assert cfg.read_yaml(run.config)["versions"] == {"fieldhmc": "test"}
 
 
-def test_checkpoint_name_matches_the_samplers():
-    """io checks the checkpoint before TensorFlow starts, so it names the file itself."""
-    from fieldhmc.samplers.checkpoint import CHECKPOINT_NAME
-
-    assert io.CHECKPOINT_FILE == CHECKPOINT_NAME
+def test_checkpoint_module_is_tensorflow_free_and_writes_the_io_name(tmp_path):
+    """io checks the checkpoint before TensorFlow starts: the sampler's checkpoint module
+    writes the file io names, and importing it does not start TensorFlow."""
+    code = (
+        "import sys; from fieldhmc.samplers import checkpoint; "
+        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'; "
+        f"print(checkpoint.save_checkpoint({str(tmp_path)!r}, {{}}, {{}}).name)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == io.CHECKPOINT_FILE
 
 
 def test_resumable_checkpoint_round_trip(tmp_path):

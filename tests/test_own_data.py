@@ -71,7 +71,7 @@ def test_nan_in_masked_voxels_gives_the_same_target_as_zeros(tmp_path):
         _files(d, value)
         config = _config(d)
         model = workflow.build_model(config)
-        data = workflow._obtain_data(config, model).data
+        data = workflow.obtain_data(config, model).data
         targets[label] = (data, np.asarray(model.sigma), model.target_log_prob_fn(data))
     np.testing.assert_array_equal(targets["nan"][0], targets["zero"][0])
     np.testing.assert_array_equal(targets["nan"][1], targets["zero"][1])

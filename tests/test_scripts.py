@@ -103,3 +103,22 @@ def test_code_metrics_counts_kind_comparisons_long_functions_and_cycles(tmp_path
     assert sorted(m["kind_comparisons"]) == [("pkg/a.py", 5), ("pkg/a.py", 7), ("pkg/b.py", 63)]
     assert m["functions_over_60"] == [("pkg/b.py", "helper", 62)]
     assert m["import_cycles"] == [["pkg.a", "pkg.b"]]
+
+
+def test_code_metrics_counts_registry_constants_and_keeps_the_registry_apart(tmp_path):
+    """A constant selected from the kind registry (``names_where(...)``) is a kind
+    constant; comparisons inside ``samplers/kinds/`` are the registry's own."""
+    pkg = tmp_path / "pkg"
+    (pkg / "samplers" / "kinds").mkdir(parents=True)
+    for d in (pkg, pkg / "samplers", pkg / "samplers" / "kinds"):
+        (d / "__init__.py").write_text("")
+    (pkg / "samplers" / "kinds" / "reg.py").write_text(
+        "MICRO = names_where(lambda k: k.is_micro)\ndef f(k):\n    return k == 'mams'\n"
+    )
+    (pkg / "c.py").write_text(
+        "from pkg.samplers.kinds.reg import MICRO\ndef g(k):\n    return k in MICRO\n"
+    )
+    metrics = _load("code_metrics")
+    m = metrics.measure(pkg)
+    assert sorted(m["kind_comparisons"]) == [("pkg/c.py", 3), ("pkg/samplers/kinds/reg.py", 3)]
+    assert m["kind_comparisons_outside_registry"] == [("pkg/c.py", 3)]

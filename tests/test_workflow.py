@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from fieldhmc import cli, workflow
-from fieldhmc.config import MICROCANONICAL_KINDS, load_config
+from fieldhmc.config import load_config
 from fieldhmc.samplers.driver import Sampler
+from fieldhmc.samplers.kinds import MICROCANONICAL_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -67,12 +68,12 @@ def quick_run(tmp_path_factory) -> Path:
     """One shrunken quickstart run shared by the tests that only read it (or copy it)."""
     out = tmp_path_factory.mktemp("quick") / "run"
     built, build, diagnose = [], workflow.build_model, workflow.diagnose
-    samplers, build_sampler, export = [], workflow.build_sampler, workflow._export
+    samplers, build_sampler, export = [], workflow.build, workflow.export
 
     def recording_build_sampler(*args, **kwargs):
-        sampler = build_sampler(*args, **kwargs)
-        samplers.append(weakref.ref(sampler))
-        return sampler
+        built = build_sampler(*args, **kwargs)
+        samplers.append(weakref.ref(built.sampler))
+        return built
 
     def checking_export(*args, **kwargs):
         QUICK_RUN_SAMPLERS_ALIVE.extend(ref() is not None for ref in samplers)
@@ -99,8 +100,8 @@ def quick_run(tmp_path_factory) -> Path:
         mp.setattr(Sampler, "run", scanning_run)
         mp.setattr(workflow, "build_model", recording_build)
         mp.setattr(workflow, "diagnose", checking_diagnose)
-        mp.setattr(workflow, "build_sampler", recording_build_sampler)
-        mp.setattr(workflow, "_export", checking_export)
+        mp.setattr(workflow, "build", recording_build_sampler)
+        mp.setattr(workflow, "export", checking_export)
         assert _run(ROOT / "configs" / "quickstart.yaml", out) == 0
     return out
 

@@ -14,15 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from fieldhmc.io import atomic_write
+from fieldhmc.io import CHECKPOINT_FILE, atomic_write
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
-CHECKPOINT_NAME = "state.npz"
-
 
 def save_checkpoint(directory: Path, arrays: dict[str, np.ndarray], meta: dict) -> Path:
-    """Save named arrays plus JSON metadata as ``directory/state.npz`` atomically."""
+    """Save named arrays plus JSON metadata as ``directory/<io.CHECKPOINT_FILE>`` atomically."""
     payload = {k: np.asarray(v) for k, v in arrays.items()}
     payload["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
 
@@ -32,14 +30,14 @@ def save_checkpoint(directory: Path, arrays: dict[str, np.ndarray], meta: dict) 
         with open(tmp, "wb") as f:
             np.savez(f, **payload)
 
-    path = Path(directory) / CHECKPOINT_NAME
+    path = Path(directory) / CHECKPOINT_FILE
     atomic_write(path, write)
     return path
 
 
 def load_checkpoint(directory: Path) -> tuple[dict[str, np.ndarray], dict]:
-    """Load ``directory/state.npz``; raises ``FileNotFoundError`` naming the path."""
-    path = Path(directory) / CHECKPOINT_NAME
+    """Load ``directory/<io.CHECKPOINT_FILE>``; raises ``FileNotFoundError`` naming the path."""
+    path = Path(directory) / CHECKPOINT_FILE
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
     with np.load(path, allow_pickle=False) as data:

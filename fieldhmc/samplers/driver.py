@@ -38,16 +38,12 @@ import tensorflow as tf
 from tensorflow.compiler.tf2xla.python import xla
 
 from fieldhmc.ops.gradient_registry import releases_custom_gradients
+from fieldhmc.samplers import kinds
 from fieldhmc.samplers.checkpoint import load_checkpoint, save_checkpoint
 from fieldhmc.samplers.kernels import (
-    KINDS,
-    MICROCANONICAL_KINDS,
-    build_kernel,
     expand_results,
     shift_target_log_prob,
     slim_results,
-    step_stats,
-    target_log_prob_of,
     whiten,
 )
 from fieldhmc.seeds import stateless_seed
@@ -59,6 +55,7 @@ CHECKPOINT_LAYOUT = 2
 __all__ = [
     "ChunkRunner",
     "FieldOutputs",
+    "RunResult",
     "Sampler",
     "SamplerSettings",
     "TraceSink",
@@ -109,8 +106,6 @@ class SamplerSettings:
     seed: int = 0
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"sampler kind must be one of {KINDS}, got {self.kind!r}")
         for name in ("num_chains", "num_results", "chunk_size", "thin", "field_thin"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -118,16 +113,20 @@ class SamplerSettings:
             raise ValueError(f"num_burnin_steps must be >= 0, got {self.num_burnin_steps}")
         if self.stats_every < 0:
             raise ValueError(f"stats_every must be >= 0 (0: automatic), got {self.stats_every}")
-        if self.kind in ("chees", "snaper") and self.num_chains < 2:
-            raise ValueError(f"{self.kind} adapts across chains: num_chains must be >= 2")
-        if self.kind in ("chees", "snaper", "mclmc", "mams") and self.adapt_diagonal:
-            raise ValueError(
-                f"the windowed diagonal preconditioner does not combine with {self.kind}'s own"
-                " adaptation: use the identity, prior or posterior preconditioner"
-            )
+        self.sampler_kind.check(self)  # ValueError (OptionError) naming the setting
         for name in ("trajectory_length", "desired_energy_var"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+    @property
+    def sampler_kind(self) -> kinds.SamplerKind:
+        """The registered kind (:mod:`fieldhmc.samplers.kinds`); ValueError if unknown."""
+        return kinds.get(self.kind)
+
+    @property
+    def kind_options(self) -> dict:
+        """The kind's own options, as its ``build_kernel`` takes them."""
+        return {name: getattr(self, name) for name in self.sampler_kind.option_names}
 
     @property
     def num_steps(self) -> int:
@@ -156,6 +155,53 @@ class FieldOutputs:
     store_fields: bool = True
 
 
+@dataclass(frozen=True)
+class RunResult:
+    """What :meth:`Sampler.run` returns.
+
+    Attributes
+    ----------
+    complete : bool
+        Warm-up and sampling finished (False after ``max_chunks``).
+    step : int
+        Transitions done (warm-up and sampling).
+    gradient_evaluations, warmup_gradient_evaluations : int
+        Gradient evaluations summed over chains: all, and those of warm-up.
+    sampling_seconds : float
+        Compute time of the post-warm-up chunks in this process.
+    sampling_batched_gradients : int
+        Batched gradient evaluations of those chunks (all chains step until the longest
+        trajectory ends).
+    num_draws : int
+        Draws written to the sink (per chain).
+    scales : list of ndarray
+        Final metric scales per part.
+    field_mean, field_var : ndarray or None
+        Running field moments (the field's dtype), averaging every
+        ``field_moments_every``-th post-warm-up transition: ``field_moments_draws``
+        draws of all chains.
+    latent_state : list of ndarray
+        The final state per part ``[chains, ...]``.
+    tuned : dict
+        The kind's :meth:`~fieldhmc.samplers.kinds.SamplerKind.tuned_parameters`.
+    """
+
+    complete: bool
+    step: int
+    gradient_evaluations: int
+    scales: list
+    field_mean: np.ndarray | None
+    field_var: np.ndarray | None
+    latent_state: list
+    num_draws: int
+    sampling_seconds: float
+    sampling_batched_gradients: int
+    warmup_gradient_evaluations: int
+    field_moments_every: int
+    field_moments_draws: int
+    tuned: dict
+
+
 class TraceSink(Protocol):
     """Where the driver streams its outputs (see :mod:`fieldhmc.samplers.storage`)."""
 
@@ -166,32 +212,21 @@ class TraceSink(Protocol):
     def append_fields(self, fields: np.ndarray) -> None: ...
 
 
-# The per-transition field statistics (the field from the latents, its P(k), the tracked
-# modes and the running moments) cost about one gradient of the model: 12.4 ms
-# against 11.7 ms at 64³ x 4 chains (issue 13). Kernels with few gradients per transition
-# update the running moments only every k-th transition, k such that they cost at most
-# FIELD_STATS_BUDGET of the transition's gradients.
-FIELD_STATS_GRADIENTS = 1.0
-FIELD_STATS_BUDGET = 0.1
-
-
 def field_stats_every(settings: SamplerSettings) -> int:
     """Post-warm-up transitions between updates of the field's running moments.
 
-    ``settings.stats_every`` if set; else 1, except for ``mclmc`` (one integrator step,
-    1-2 gradients, per transition): ``ceil(FIELD_STATS_GRADIENTS / (FIELD_STATS_BUDGET *
-    gradients per transition))``, 5 with the minimal-norm integrator, 10 with leapfrog.
-    HMC, NUTS and MAMS take many gradients per transition and keep every transition.
-    The moments (``field_mean``, ``field_var``) then average ``num_results / k`` draws
-    per chain (the draws at ``(step - num_burnin_steps) % k == 0``). Per-draw P(k) and
-    tracked modes are computed for every stored draw (every ``thin``-th) whatever ``k``.
+    ``settings.stats_every`` if set; else the kind's
+    :meth:`~fieldhmc.samplers.kinds.SamplerKind.field_stats_every`: 1, except for kinds
+    with few gradients per transition (``mclmc``), whose running moments would
+    otherwise cost a good part of the run (the field statistics cost about one
+    gradient). The moments (``field_mean``, ``field_var``) then average
+    ``num_results / k`` draws per chain (the draws at
+    ``(step - num_burnin_steps) % k == 0``). Per-draw P(k) and tracked modes are
+    computed for every stored draw (every ``thin``-th) whatever ``k``.
     """
     if settings.stats_every:
         return settings.stats_every
-    if settings.kind != "mclmc":
-        return 1
-    gradients = 2 if settings.integrator == "minimal_norm" else 1
-    return max(1, math.ceil(FIELD_STATS_GRADIENTS / (FIELD_STATS_BUDGET * gradients)))
+    return settings.sampler_kind.field_stats_every(settings)
 
 
 def adaptation_windows(num_burnin_steps: int) -> list[tuple[int, int]]:
@@ -462,21 +497,12 @@ class Sampler:
     # -- compiled pieces -------------------------------------------------------------
     def _kernel(self, scales, reference, dtype, step_size):
         s = self.settings
-        target = whiten(self.target_log_prob_fn, scales, reference, dtype)
-        return build_kernel(
-            s.kind,
-            target,
+        return s.sampler_kind.build_kernel(
+            whiten(self.target_log_prob_fn, scales, reference, dtype),
+            s.kind_options,
             step_size=step_size,
             num_adaptation_steps=s.num_burnin_steps,
-            target_accept_prob=s.target_accept_prob,
-            num_leapfrog_steps=s.num_leapfrog_steps,
-            jitter_leapfrog=s.jitter_leapfrog,
-            max_tree_depth=s.max_tree_depth,
-            step_size_jitter=s.step_size_jitter,
             dimension=sum(math.prod(sc.shape) for sc in scales),
-            trajectory_length=s.trajectory_length,
-            desired_energy_var=s.desired_energy_var,
-            integrator=s.integrator,
         )
 
     def _lp64_impl(self, x_parts):
@@ -549,10 +575,10 @@ class Sampler:
         def body(i, u, res, bufs, field_buf, nfields, fw, lw):
             step = start + i
             step_seed = tf.random.experimental.stateless_fold_in(seed, step)
-            lp_prev = target_log_prob_of(s.kind, res)
+            lp_prev = s.sampler_kind.target_log_prob_of(res)
             # The loop carries slim results (no proposal, no momenta: see slim_results).
             u, res = kernel.one_step(u, expand_results(res), seed=step_seed)
-            st = step_stats(s.kind, res, lp_prev)
+            st = s.sampler_kind.step_stats(res, lp_prev)
             res = slim_results(res)
             bufs = dict(bufs)
             values = {
@@ -808,7 +834,7 @@ class Sampler:
         max_chunks: int | None = None,
         tensorboard_dir: Path | None = None,
         seed: int | None = None,
-    ) -> dict:
+    ) -> RunResult:
         """Run (or resume) warm-up and sampling.
 
         Parameters
@@ -831,13 +857,7 @@ class Sampler:
 
         Returns
         -------
-        dict
-            ``complete`` (bool), ``step``, ``gradient_evaluations`` (summed over
-            chains), ``sampling_seconds`` and ``sampling_batched_gradients`` (compute
-            time and batched gradient evaluations of the post-warm-up chunks in this
-            process), final ``scales``,
-            ``field_mean``/``field_var`` (in the field's dtype, or None),
-            ``latent_state``.
+        RunResult
         """
         s = self.settings
         if resume:
@@ -921,7 +941,7 @@ class Sampler:
                 writer.flush()
         if bar is not None:
             bar.close()
-        return self._summary(rs)
+        return RunResult(**self._summary(rs))
 
     def _emit(self, sink, rs, traces, field_buf, nfields, stop):
         s = self.settings
@@ -937,6 +957,7 @@ class Sampler:
             rs.num_fields_written += nfields
 
     def _summary(self, rs: _RunState) -> dict:
+        """:class:`RunResult`'s fields (a dict the sharded sampler amends)."""
         fw = self._carry.numpy("fw")
         field_mean = field_var = None
         if self.field_outputs is not None and float(fw[0]) > 1:
@@ -958,32 +979,16 @@ class Sampler:
             # field_moments_draws draws of all chains (not num_draws x chains if > 1).
             "field_moments_every": field_stats_every(self.settings),
             "field_moments_draws": int(float(fw[0])),
-            "tuned": tuned_parameters(self.settings.kind, self._carry.numpy("results"), rs.scales),
+            "tuned": self.settings.sampler_kind.tuned_parameters(
+                self._carry.numpy("results"), rs.scales
+            ),
         }
 
 
 def tuned_parameters(kind: str, results, scales) -> dict:
-    """The adapted step size (and, for mclmc / mams, ``L``) held in the kernel results.
-
-    ``step_size`` is in the units of :func:`fieldhmc.samplers.build_kernel` (for the
-    microcanonical kinds :math:`\\epsilon / \\sqrt d`, with the absolute BlackJAX-unit
-    values alongside).
-    """
-    if kind in MICROCANONICAL_KINDS:
-        dim = sum(int(np.prod(np.shape(sc))) for sc in scales)
-        eps = float(np.asarray(results.step_size))
-        length = float(np.asarray(results.trajectory_length))
-        return {
-            "step_size": eps / math.sqrt(dim),
-            "trajectory_length": length / math.sqrt(dim),
-            "step_size_absolute": eps,
-            "trajectory_length_absolute": length,
-            "dimension": dim,
-            "mean_integration_steps": max(length / eps, 1.0) if kind == "mams" else 1.0,
-        }
-    step = results.new_step_size
-    step = step[0] if isinstance(step, (list, tuple)) else step
-    return {"step_size": float(np.mean(np.asarray(step)))}
+    """The adapted step size (and, for mclmc / mams, ``L``) held in the kernel results
+    (the kind's :meth:`~fieldhmc.samplers.kinds.SamplerKind.tuned_parameters`)."""
+    return kinds.get(kind).tuned_parameters(results, scales)
 
 
 def _zero_welford(shapes: Sequence[tuple], dtype=np.float64) -> list[np.ndarray]:

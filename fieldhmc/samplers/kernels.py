@@ -30,32 +30,20 @@ from tensorflow_probability.python.mcmc.internal import util as mcmc_util
 from fieldhmc.models.reduction import reduce_sum_float64, reduce_sum_squares_float64
 
 __all__ = [
-    "KINDS",
     "FieldHamiltonianMonteCarlo",
     "JitteredHamiltonianMonteCarlo",
     "StepStats",
-    "build_kernel",
-    "default_target_accept_prob",
+    "dual_averaging_step_size",
     "expand_results",
     "kinetic_energy_change",
     "slim_results",
+    "metropolis_results",
+    "metropolis_step_stats",
     "standard_normal",
-    "step_stats",
     "whiten",
 ]
 
-KINDS = ("hmc", "nuts", "fieldnuts", "chees", "snaper", "mclmc", "mams")
-NUTS_KINDS = ("nuts", "fieldnuts")
-MICROCANONICAL_KINDS = ("mclmc", "mams")  # self-tuning (fieldhmc.samplers.mclmc)
-UNADJUSTED_KINDS = ("mclmc",)  # no Metropolis test: biased by design
 MAX_ENERGY_ERROR = 1000.0  # Stan's divergence threshold on the energy error
-
-
-def default_target_accept_prob(kind: str) -> float:
-    """0.8 for NUTS kinds (Stan), 0.9 for MAMS (arXiv:2503.01707), 0.65 for HMC kinds."""
-    if kind == "mams":
-        return 0.9
-    return 0.8 if kind in NUTS_KINDS else 0.65
 
 
 def whiten(
@@ -102,10 +90,11 @@ def standard_normal(shape, seed, dtype: tf.DType = tf.float32) -> tf.Tensor:
     :math:`2^{24}` equally likely levels, exactly symmetric (largest :math:`|z|` = 5.42).
     ``tf.math.ndtri`` is Cephes' in eager mode (relative error below 1e-6) and
     :math:`\sqrt 2\, \mathrm{erf}^{-1}(2p - 1)` under XLA (below 6e-6, both against
-    float64; ``tests/samplers/test_kernels.py``). Under XLA:CPU this costs 0.4--0.5 of
+    float64; ``tests/samplers/test_kernels.py``). Under XLA:CPU this costs about half of
     ``tf.random.stateless_normal`` (Box--Muller: a logarithm, a sine and a cosine per
-    pair), which at 128³ x 2 chains took 85--98 ms, about two gradients of the Gaussian
-    model, once per HMC transition. Other dtypes take TFP HMC's own draw
+    pair), which cost about two gradients of the Gaussian model once per HMC transition
+    (measurements in ``benchmarks/README.md``, ``scaling.py``). Other dtypes take TFP
+    HMC's own draw
     (``tfp.random``'s ``samplers.normal``), so float64 runs are unchanged.
 
     A static shape ``[..., n1, n2]`` of rank >= 3 with :math:`4 \mid n_1 n_2` is drawn
@@ -342,122 +331,6 @@ class JitteredHamiltonianMonteCarlo(FieldHamiltonianMonteCarlo):
         return super().one_step(current_state, previous_kernel_results, seed=seed)
 
 
-def build_kernel(
-    kind: str,
-    target_log_prob_fn: Callable[..., tf.Tensor],
-    *,
-    step_size,
-    num_adaptation_steps: int,
-    target_accept_prob: float | None = None,
-    num_leapfrog_steps: int = 16,
-    jitter_leapfrog: bool = False,
-    max_tree_depth: int = 10,
-    step_size_jitter: float = 0.0,
-    dimension: int | None = None,
-    trajectory_length: float = 1.0,
-    desired_energy_var: float = 5e-4,
-    integrator: str = "minimal_norm",
-) -> tfp.mcmc.TransitionKernel:
-    """Build ``DualAveragingStepSizeAdaptation(kernel)`` for a whitened target.
-
-    The microcanonical kinds tune themselves instead (no wrapper, see
-    :mod:`fieldhmc.samplers.mclmc`).
-
-    Parameters
-    ----------
-    kind : {"hmc", "nuts", "fieldnuts", "chees", "snaper", "mclmc", "mams"}
-        ``hmc``: TFP HMC (fixed or jittered length). ``nuts``: TFP's NUTS (which
-        has the pre-2019 U-turn check, see issue #7). ``fieldnuts``: our NUTS with
-        Stan's corrected criterion. ``chees``: TFP's ChEES trajectory-length
-        adaptation around HMC; ``snaper``: TFP's SNAPER-HMC (trajectory length and a
-        diagonal mass matrix adapted across chains). The last two need >= 2 chains.
-    target_log_prob_fn : callable
-        Whitened target (:func:`whiten`).
-    step_size : float or Tensor
-        Initial step size.
-    num_adaptation_steps : int
-        Step size (and ChEES trajectory length) adapt during these steps, then
-        freeze.
-    target_accept_prob : float, optional
-        Dual-averaging target; default :func:`default_target_accept_prob`.
-    dimension : int, optional
-        Total number of whitened coordinates per chain; required by ``mclmc`` and
-        ``mams``, whose initial step size and decoherence length are
-        ``step_size * sqrt(dimension)`` and ``trajectory_length * sqrt(dimension)``
-        (so that ``step_size`` reads like an HMC step: a step moves the whitened
-        state by about ``step_size * sqrt(d)`` in both).
-    trajectory_length, desired_energy_var, integrator
-        ``mclmc`` / ``mams`` only: initial :math:`L / \\sqrt d`; MCLMC's bias
-        tolerance (energy-error variance per dimension); ``"minimal_norm"`` or
-        ``"leapfrog"``.
-    """
-    if kind not in KINDS:
-        raise ValueError(f"sampler kind must be one of {KINDS}, got {kind!r}")
-    if target_accept_prob is None:
-        target_accept_prob = default_target_accept_prob(kind)
-    if kind in MICROCANONICAL_KINDS:
-        from fieldhmc.samplers.mclmc import (
-            MetropolisAdjustedMicrocanonical,
-            MicrocanonicalLangevin,
-        )
-
-        if dimension is None:
-            raise ValueError(f"sampler kind {kind!r} needs the state's dimension")
-        cls = MicrocanonicalLangevin if kind == "mclmc" else MetropolisAdjustedMicrocanonical
-        root_d = math.sqrt(dimension)
-        return cls(
-            target_log_prob_fn,
-            step_size=step_size * root_d,
-            trajectory_length=trajectory_length * root_d,
-            num_adaptation_steps=num_adaptation_steps,
-            integrator=integrator,
-            desired_energy_var=desired_energy_var,
-            target_accept_prob=target_accept_prob,
-        )
-    if kind == "hmc":
-        cls = JitteredHamiltonianMonteCarlo if jitter_leapfrog else FieldHamiltonianMonteCarlo
-        kwargs = {} if jitter_leapfrog else {"store_parameters_in_results": True}
-        inner = cls(
-            target_log_prob_fn, step_size=step_size, num_leapfrog_steps=num_leapfrog_steps, **kwargs
-        )
-    elif kind == "nuts":
-        inner = tfp.mcmc.NoUTurnSampler(
-            target_log_prob_fn, step_size=step_size, max_tree_depth=max_tree_depth
-        )
-    elif kind == "fieldnuts":
-        from fieldhmc.samplers.nuts import NoUTurnSampler
-
-        inner = NoUTurnSampler(
-            target_log_prob_fn,
-            step_size=step_size,
-            max_tree_depth=max_tree_depth,
-            step_size_jitter=step_size_jitter,
-        )
-    elif kind == "snaper":
-        inner = tfp.experimental.mcmc.SNAPERHamiltonianMonteCarlo(
-            target_log_prob_fn,
-            step_size=step_size,
-            num_adaptation_steps=num_adaptation_steps,
-            num_mala_steps=min(100, num_adaptation_steps // 4),
-        )
-    else:  # chees
-        inner = tfp.mcmc.HamiltonianMonteCarlo(
-            target_log_prob_fn, step_size=step_size, num_leapfrog_steps=1
-        )
-        inner = tfp.experimental.mcmc.GradientBasedTrajectoryLengthAdaptation(
-            inner, num_adaptation_steps=num_adaptation_steps
-        )
-    return tfp.mcmc.DualAveragingStepSizeAdaptation(
-        inner,
-        num_adaptation_steps=num_adaptation_steps,
-        target_accept_prob=tf.cast(target_accept_prob, _dtype_of(step_size)),
-    )
-
-
-def _dtype_of(x) -> tf.DType:
-    return x.dtype if hasattr(x, "dtype") else tf.float32
-
-
 class StepStats(NamedTuple):
     """Per-step, per-chain statistics in Stan's vocabulary (before the offset is added)."""
 
@@ -482,53 +355,21 @@ def _kinetic(momentum_parts) -> tf.Tensor:
     )
 
 
-def step_stats(kind: str, results, previous_target_log_prob: tf.Tensor) -> StepStats:
-    """Extract :class:`StepStats` from the (dual-averaging-wrapped) kernel results.
-
-    For the HMC kinds the energy is :math:`-\\log p(x_{t-1}) + K(p_0)` at the start of
-    the trajectory with the unit kinetic energy of the whitened coordinates; for
-    ``snaper``, whose inner kernel adapts a mass matrix of its own, that kinetic
-    energy is approximate (and so is its E-BFMI). Divergence for the HMC kinds is an
-    energy error above :data:`MAX_ENERGY_ERROR` (Stan's rule) or a non-finite ratio.
-    """
-    if kind in MICROCANONICAL_KINDS:
-        return _microcanonical_stats(kind, results)
-    inner = results.inner_results
+def dual_averaging_step_size(results) -> tf.Tensor:
+    """The step size ``DualAveragingStepSizeAdaptation`` uses next (first part's)."""
     step_size = results.new_step_size
-    if isinstance(step_size, (list, tuple)):
-        step_size = step_size[0]
-    if kind in NUTS_KINDS:
-        lp = inner.target_log_prob
-        accept = tf.exp(tf.minimum(inner.log_accept_ratio, 0.0))
-        chains = tf.shape(lp)[0]
-        if kind == "nuts":  # TFP: energy is -H
-            energy = -inner.energy
-            n_steps = tf.cast(inner.leapfrogs_taken, tf.int32)
-            diverging = inner.has_divergence
-            depth = tf.cast(
-                tf.math.ceil(
-                    tf.math.log(tf.cast(n_steps, lp.dtype) + 1.0)
-                    / tf.math.log(tf.constant(2.0, lp.dtype))
-                ),
-                tf.int32,
-            )
-        else:
-            energy = inner.energy
-            n_steps = tf.cast(inner.num_leapfrog_steps, tf.int32)
-            diverging = inner.is_divergent
-            depth = tf.cast(inner.tree_depth, tf.int32)
-        return StepStats(
-            target_log_prob=lp,
-            acceptance_rate=accept,
-            is_accepted=tf.broadcast_to(inner.is_accepted, [chains]),
-            diverging=diverging,
-            energy=energy,
-            step_size=tf.broadcast_to(tf.cast(step_size, lp.dtype), [chains]),
-            n_steps=tf.broadcast_to(n_steps, [chains]),
-            tree_depth=tf.broadcast_to(depth, [chains]),
-            energy_error=tf.fill([chains], tf.constant(float("nan"), lp.dtype)),
-        )
-    mh = _metropolis_results(results)
+    return step_size[0] if isinstance(step_size, (list, tuple)) else step_size
+
+
+def metropolis_step_stats(results, previous_target_log_prob: tf.Tensor) -> StepStats:
+    """:class:`StepStats` of dual-averaged HMC with TFP's Metropolis-Hastings results.
+
+    The energy is :math:`-\\log p(x_{t-1}) + K(p_0)` at the start of the trajectory
+    with the unit kinetic energy of the whitened coordinates. Divergence is an energy
+    error above :data:`MAX_ENERGY_ERROR` (Stan's rule) or a non-finite ratio.
+    """
+    step_size = dual_averaging_step_size(results)
+    mh = metropolis_results(results)
     lp = mh.accepted_results.target_log_prob
     chains = tf.shape(lp)[0]
     lar = mh.log_accept_ratio
@@ -552,45 +393,7 @@ def step_stats(kind: str, results, previous_target_log_prob: tf.Tensor) -> StepS
     )
 
 
-def _microcanonical_stats(kind: str, results) -> StepStats:
-    """MCLMC / MAMS: acceptance only for MAMS (NaN for MCLMC), no Hamiltonian energy.
-
-    The step size is reported as :math:`\\epsilon / \\sqrt d` (see :func:`build_kernel`);
-    ``energy`` is NaN (E-BFMI does not apply to isokinetic dynamics).
-    """
-    lp = results.target_log_prob
-    chains = tf.shape(lp)[0]
-    dim = sum(math.prod(g.shape[1:]) for g in results.grads_target_log_prob)
-    nan = tf.fill([chains], tf.constant(float("nan"), lp.dtype))
-    if kind == "mams":
-        accept = tf.exp(tf.minimum(results.log_accept_ratio, 0.0))
-    else:
-        accept = nan
-    n_steps = results.num_gradient_evaluations
-    return StepStats(
-        target_log_prob=lp,
-        acceptance_rate=accept,
-        is_accepted=results.is_accepted,
-        diverging=results.is_divergent,
-        energy=nan,
-        step_size=tf.fill([chains], results.step_size / math.sqrt(dim)),
-        n_steps=tf.broadcast_to(n_steps, [chains]),
-        tree_depth=tf.zeros([chains], tf.int32),
-        energy_error=results.energy_change,
-    )
-
-
-def target_log_prob_of(kind: str, results) -> tf.Tensor:
-    """The current (shifted) target log prob held in the kernel results."""
-    if kind in MICROCANONICAL_KINDS:
-        return results.target_log_prob
-    inner = results.inner_results
-    if kind in NUTS_KINDS:
-        return inner.target_log_prob
-    return _metropolis_results(results).accepted_results.target_log_prob
-
-
-def _metropolis_results(results):
+def metropolis_results(results):
     """The Metropolis-Hastings results nested inside wrapper results (HMC kinds)."""
     while not hasattr(results, "accepted_results"):
         results = results.inner_results

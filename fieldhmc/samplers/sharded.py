@@ -70,11 +70,8 @@ from fieldhmc.samplers.driver import (
     _zero_welford,
     field_stats_every,
 )
-from fieldhmc.samplers.kernels import (
-    MAX_ENERGY_ERROR,
-    MICROCANONICAL_KINDS,
-    default_target_accept_prob,
-)
+from fieldhmc.samplers.kernels import MAX_ENERGY_ERROR
+from fieldhmc.samplers.kinds import MICROCANONICAL_KINDS, default_target_accept_prob
 from fieldhmc.samplers.reductions import host as _host
 from fieldhmc.samplers.reductions import replicate as _replicate
 from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonical, ShardedMicrocanonicalResults

@@ -215,7 +215,7 @@ def _driver_run(sampler, directory, init=None, resume=False, max_chunks=None):
         max_chunks=max_chunks,
     )
     seconds = time.perf_counter() - t0
-    if not summary["complete"]:
+    if not summary.complete:
         return summary, None, None, seconds
     traces = read_traces(directory / "traces.h5")
     return summary, traces, read_fields(directory / "fields.h5"), seconds
@@ -261,7 +261,7 @@ def driver_cases(mesh):
         num_results=3,
         seed=5,
     )
-    scale = float(np.max(np.abs(s1["latent_state"][0])))
+    scale = float(np.max(np.abs(s1.latent_state[0])))
     names = sorted(t1)
     out["repro"] = {
         "names": names,
@@ -269,7 +269,7 @@ def driver_cases(mesh):
         "num_fields": int(f4["draws"].shape[0]),
         "accept_rate": float(t1["is_accepted"].mean()),
         "same_accepts": bool(np.array_equal(t1["is_accepted"], t4["is_accepted"])),
-        "max_state_diff": float(np.max(np.abs(s1["latent_state"][0] - s4["latent_state"][0]))),
+        "max_state_diff": float(np.max(np.abs(s1.latent_state[0] - s4.latent_state[0]))),
         "state_scale": scale,
         "max_lp_diff": float(np.max(np.abs(t1["lp"] - t4["lp"]))),
         "max_power_rel": float(np.max(np.abs(t1["power"] - t4["power"]) / np.abs(t1["power"]))),
@@ -277,19 +277,19 @@ def driver_cases(mesh):
             max(np.max(np.abs(t1[k] - t4[k])) for k in ("tracked_real", "tracked_imag"))
         ),
         "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
-        "max_mean_diff": float(np.max(np.abs(s1["field_mean"] - s4["field_mean"]))),
+        "max_mean_diff": float(np.max(np.abs(s1.field_mean - s4.field_mean))),
         "step_sizes": [float(v) for v in t1["step_size"][:, 0]],
         "bare_accept_rate": float(bare.is_accepted.mean()),
-        "bare_state_diff": float(np.max(np.abs(bare.state.numpy() - s0["latent_state"][0]))),
+        "bare_state_diff": float(np.max(np.abs(bare.state.numpy() - s0.latent_state[0]))),
         "bare_lp_diff": float(np.max(np.abs(bare.target_log_prob - t0["lp"]))),
     }
     out["resume"] = {
-        "interrupted_steps": [int(first["step"]), int(second["step"])],
-        "complete": bool(sr["complete"]),
+        "interrupted_steps": [int(first.step), int(second.step)],
+        "complete": bool(sr.complete),
         "traces_identical": all(np.array_equal(t4[k], tr[k]) for k in t4)
         and sorted(tr) == sorted(t4),
         "fields_identical": all(np.array_equal(f4[k], fr[k]) for k in f4),
-        "state_identical": bool(np.array_equal(s4["latent_state"][0], sr["latent_state"][0])),
+        "state_identical": bool(np.array_equal(s4.latent_state[0], sr.latent_state[0])),
         "num_draws": int(tr["lp"].shape[0]),
     }
     return out
@@ -353,11 +353,11 @@ def microcanonical_cases(mesh):
             s4, t4, f4, _ = _driver_run(four, tmp / "four", init)
             r["seconds_repro"] = time.perf_counter() - t0
             d = tmp / "resumed"
-            steps = [int(_driver_run(four, d, init, max_chunks=1)[0]["step"])]
-            steps.append(int(_driver_run(four, d, resume=True, max_chunks=1)[0]["step"]))
-            steps.append(int(_driver_run(four, d, resume=True, max_chunks=2)[0]["step"]))
+            steps = [int(_driver_run(four, d, init, max_chunks=1)[0].step)]
+            steps.append(int(_driver_run(four, d, resume=True, max_chunks=1)[0].step))
+            steps.append(int(_driver_run(four, d, resume=True, max_chunks=2)[0].step))
             sr, tr, fr, _ = _driver_run(four, d, resume=True)
-        scale = float(np.max(np.abs(s1["latent_state"][0])))
+        scale = float(np.max(np.abs(s1.latent_state[0])))
         r["repro"] = {
             "names": sorted(t4),
             "num_draws": int(t4["lp"].shape[0]),
@@ -366,26 +366,26 @@ def microcanonical_cases(mesh):
             "same_n_steps": bool(np.array_equal(t1["n_steps"], t4["n_steps"])),
             "accept_rate": float(t1["is_accepted"].mean()),
             "n_steps": [int(v) for v in t1["n_steps"][:, 0]],
-            "max_state_diff": float(np.max(np.abs(s1["latent_state"][0] - s4["latent_state"][0]))),
+            "max_state_diff": float(np.max(np.abs(s1.latent_state[0] - s4.latent_state[0]))),
             "state_scale": scale,
             "max_lp_diff": float(np.max(np.abs(t1["lp"] - t4["lp"]))),
             "max_energy_error_diff": float(np.max(np.abs(t1["energy_error"] - t4["energy_error"]))),
             "max_power_rel": _max_rel(t4["power"], t1["power"]),
             "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
-            "max_mean_diff": float(np.max(np.abs(s1["field_mean"] - s4["field_mean"]))),
-            "field_moments_draws": int(s4["field_moments_draws"]),
-            "tuned_1": s1["tuned"],
-            "tuned_4": s4["tuned"],
+            "max_mean_diff": float(np.max(np.abs(s1.field_mean - s4.field_mean))),
+            "field_moments_draws": int(s4.field_moments_draws),
+            "tuned_1": s1.tuned,
+            "tuned_4": s4.tuned,
             "step_size_rel": _max_rel(t4["step_size"], t1["step_size"]),
         }
         r["resume"] = {
             "interrupted_steps": steps,
-            "complete": bool(sr["complete"]),
+            "complete": bool(sr.complete),
             "traces_identical": sorted(tr) == sorted(t4)
             and all(np.array_equal(t4[k], tr[k], equal_nan=True) for k in t4),
             "fields_identical": all(np.array_equal(f4[k], fr[k]) for k in f4),
-            "state_identical": bool(np.array_equal(s4["latent_state"][0], sr["latent_state"][0])),
-            "tuned_identical": sr["tuned"] == s4["tuned"],
+            "state_identical": bool(np.array_equal(s4.latent_state[0], sr.latent_state[0])),
+            "tuned_identical": sr.tuned == s4.tuned,
         }
         out[kind] = r
     out["subset_equal"] = _sharded_subset_equal(mesh)
@@ -438,16 +438,15 @@ def microcanonical_unsharded_cases():
             "seconds": time.perf_counter() - t0,
             "same_accepts": bool(np.array_equal(tp["is_accepted"], tu["is_accepted"])),
             "same_n_steps": bool(np.array_equal(tp["n_steps"], tu["n_steps"])),
-            "max_state_diff": float(np.max(np.abs(sp["latent_state"][0] - su["latent_state"][0]))),
-            "state_scale": float(np.max(np.abs(su["latent_state"][0]))),
+            "max_state_diff": float(np.max(np.abs(sp.latent_state[0] - su.latent_state[0]))),
+            "state_scale": float(np.max(np.abs(su.latent_state[0]))),
             "max_lp_diff": float(np.max(np.abs(tp["lp"] - tu["lp"]))),
             "max_energy_error_diff": float(np.max(np.abs(tp["energy_error"] - tu["energy_error"]))),
             "step_size_rel": _max_rel(tp["step_size"], tu["step_size"]),
             "tuned_rel": {
-                k: _max_rel(sp["tuned"][k], su["tuned"][k])
-                for k in ("step_size", "trajectory_length")
+                k: _max_rel(sp.tuned[k], su.tuned[k]) for k in ("step_size", "trajectory_length")
             },
-            "tuned": su["tuned"],
+            "tuned": su.tuned,
             "initial": {"step_size": 0.3, "trajectory_length": 1.0},
         }
         if kind == "mams":
@@ -497,7 +496,7 @@ def _driver_draws(mesh, masked: bool, settings, preconditioner="identity"):
         if np.isfinite(traces["acceptance_rate"]).any()
         else None,
         "step_size": float(traces["step_size"][0, 0]),
-        "tuned": summary["tuned"],
+        "tuned": summary.tuned,
         "gradients_per_transition": float(traces["n_steps"].mean()),
         "seconds": secs,
     }

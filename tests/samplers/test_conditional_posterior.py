@@ -153,7 +153,6 @@ def sample_joint(
     with tempfile.TemporaryDirectory() as d:
         summary = sampler.run(sink, Path(d), init, progress=False)
     traces = sink.stacked_traces()
-    summary["traces"] = traces
     return {n: traces[n] for n in HYPERS}, sink.stacked_fields(), summary
 
 

@@ -102,7 +102,7 @@ def runs(tmp_path_factory):
 @pytest.mark.parametrize("name", ["hmc_exact_metric", "hmc_adapted", "nuts_exact_metric"])
 def test_moments_pass_mcse_scaled_z_tests(runs, name):
     _, traces, summary = runs[name]
-    assert summary["complete"]
+    assert summary.complete
     # The scalar part is traced in full; the vector part via the final-state-free
     # route: compare the scalar and use the vector's exact Gaussian structure below.
     h = traces["h"][:, :, None]
@@ -114,7 +114,7 @@ def test_moments_pass_mcse_scaled_z_tests(runs, name):
 
 def test_adapted_metric_recovers_scales(runs):
     _, _, summary = runs["hmc_adapted"]
-    ratio = summary["scales"][0] / SD
+    ratio = summary.scales[0] / SD
     # Windowed variance estimates from the last (~250-step) window: within 50% everywhere,
     # and unbiased on average across the 24 coordinates.
     assert np.all((ratio > 0.5) & (ratio < 1.5)), ratio
@@ -187,7 +187,7 @@ def _assert_bit_identical(tmp_path, full: dict, resumed: dict) -> None:
     assert t_full.keys() == t_res.keys()
     for name in t_full:
         assert t_full[name].tobytes() == t_res[name].tobytes(), name
-    for a, b in zip(full["latent_state"], resumed["latent_state"], strict=True):
+    for a, b in zip(full.latent_state, resumed.latent_state, strict=True):
         assert a.tobytes() == b.tobytes()
 
 
@@ -199,7 +199,7 @@ def test_same_seed_identical_different_seed_differs(tmp_path):
     for name in ta:
         np.testing.assert_array_equal(ta[name], tb[name])
     assert not np.array_equal(ta["h"], tc["h"])
-    np.testing.assert_array_equal(a["latent_state"][0], b["latent_state"][0])
+    np.testing.assert_array_equal(a.latent_state[0], b.latent_state[0])
 
 
 def test_resume_after_kill_is_bit_identical(tmp_path):
@@ -207,12 +207,12 @@ def test_resume_after_kill_is_bit_identical(tmp_path):
     # Kill after 3 chunks (inside warm-up, across a metric window), then resume with a
     # fresh sampler object, as a new process would.
     _, partial = _run_traces(tmp_path / "killed", seed=5, max_chunks=3)
-    assert not partial["complete"]
+    assert not partial.complete
     fresh = _sampler(
         kind="hmc", seed=5, adapt_diagonal=True, num_burnin_steps=120, num_results=80, chunk_size=40
     )
     _, resumed = _run_traces(tmp_path / "killed", seed=5, resume=True, sampler=fresh)
-    assert resumed["complete"]
+    assert resumed.complete
     _assert_bit_identical(tmp_path, full, resumed)
 
 
@@ -264,7 +264,7 @@ def test_metric_is_in_use():
 
         with tempfile.TemporaryDirectory() as d:
             out = sampler.run(sink, Path(d), init, progress=False)
-        return out["latent_state"][0]
+        return out.latent_state[0]
 
     scaled = run(SD.astype(np.float64))
     unit = run(np.ones(D))
@@ -305,14 +305,14 @@ def test_microcanonical_resume_is_bit_identical(tmp_path, kind):
     first = make()  # the uninterrupted and the killed run share one compiled sampler
     _, full = _run_traces(tmp_path / "full", seed=7, sampler=first)
     _, partial = _run_traces(tmp_path / "killed", seed=7, max_chunks=3, sampler=first)
-    assert not partial["complete"]
+    assert not partial.complete
     _, resumed = _run_traces(tmp_path / "killed", seed=7, resume=True, sampler=make())
-    assert resumed["complete"]
+    assert resumed.complete
     _assert_bit_identical(tmp_path, full, resumed)
-    assert full["tuned"] == resumed["tuned"]
-    assert full["warmup_gradient_evaluations"] == resumed["warmup_gradient_evaluations"] > 0
+    assert full.tuned == resumed.tuned
+    assert full.warmup_gradient_evaluations == resumed.warmup_gradient_evaluations > 0
     # The tuner moved both parameters away from their starting values.
-    assert full["tuned"]["step_size"] != 0.1 and full["tuned"]["trajectory_length"] != 1.0
+    assert full.tuned["step_size"] != 0.1 and full.tuned["trajectory_length"] != 1.0
 
 
 def _field_sampler(**kw):
@@ -355,26 +355,26 @@ def test_mclmc_field_moments_every_kth_transition_and_resume(tmp_path):
     full, traces, fields = run("full", sampler)
     draws = fields["draws"].astype(np.float64).reshape(-1, D)  # every 5th transition
     assert fields["draws"].shape[:2] == (8, 4)  # ceil(37 / 5) draws of 4 chains
-    assert full["field_moments_every"] == 5 and full["field_moments_draws"] == draws.shape[0]
+    assert full.field_moments_every == 5 and full.field_moments_draws == draws.shape[0]
     # Float32 states keep float32 moments (issue 14: half the memory); their Welford
     # rounding (~1e-7 relative here) is far below the gap to every transition's moments
     # (~0.2 sd with 32 draws), which this tells apart.
-    assert full["field_mean"].dtype == full["field_var"].dtype == np.float32
-    np.testing.assert_allclose(full["field_mean"], draws.mean(axis=0), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(full["field_var"], draws.var(axis=0, ddof=1), rtol=1e-5)
+    assert full.field_mean.dtype == full.field_var.dtype == np.float32
+    np.testing.assert_allclose(full.field_mean, draws.mean(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(full.field_var, draws.var(axis=0, ddof=1), rtol=1e-5)
     # P(k) of every stored draw (thin = 1: every transition), none skipped.
     x_all = traces["power"][..., 0]
     assert x_all.shape == (37, 4) and np.all(x_all > 0)
     # Killed after 4 chunks (5 transitions into sampling), resumed by a fresh sampler.
     partial, _, _ = run("killed", sampler, max_chunks=4)
-    assert not partial["complete"] and partial["step"] == 45
+    assert not partial.complete and partial.step == 45
     resumed, traces_r, fields_r = run("killed", _field_sampler(), resume=True)
     for name in traces:
         assert traces[name].tobytes() == traces_r[name].tobytes(), name
     assert fields["draws"].tobytes() == fields_r["draws"].tobytes()
     for name in ("field_mean", "field_var"):
-        assert full[name].tobytes() == resumed[name].tobytes(), name
-    assert resumed["field_moments_draws"] == full["field_moments_draws"]
+        assert getattr(full, name).tobytes() == getattr(resumed, name).tobytes(), name
+    assert resumed.field_moments_draws == full.field_moments_draws
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -11,7 +11,8 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from fieldhmc.samplers.driver import Sampler, SamplerSettings
-from fieldhmc.samplers.kernels import build_kernel, shift_target_log_prob, whiten
+from fieldhmc.samplers.kernels import shift_target_log_prob, whiten
+from fieldhmc.samplers.kinds import build_kernel
 from fieldhmc.samplers.storage import MemorySink
 
 D = 16
@@ -38,7 +39,7 @@ def _run(kind, scale, num_results=3, **kw):
     sink = MemorySink()
     with tempfile.TemporaryDirectory() as d:
         out = sampler.run(sink, Path(d), init, progress=False)
-    return out["latent_state"][0], sink.traces[0]
+    return out.latent_state[0], sink.traces[0]
 
 
 @pytest.mark.parametrize("kind", ["hmc", "nuts", "fieldnuts"])

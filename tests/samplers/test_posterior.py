@@ -192,7 +192,7 @@ def _from_exact_draws(model, data, dense, kind, step_size, num_results, n=512):
         summary = sampler.run(
             sink, Path(d), [start.reshape(n, *model.grid.grid_shape)], progress=False
         )
-    return summary["latent_state"][0].reshape(n, -1), start, sink.stacked_traces()
+    return summary.latent_state[0].reshape(n, -1), start, sink.stacked_traces()
 
 
 def _exact_zscores(after, dense):

@@ -1,0 +1,40 @@
+"""``mams``: the Metropolis-adjusted microcanonical sampler (exact),
+:mod:`fieldhmc.samplers.mclmc`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fieldhmc.samplers.kinds.base import KindOptions, target_accept_field
+from fieldhmc.samplers.kinds.families import MicrocanonicalKind
+from fieldhmc.samplers.kinds.mclmc import integrator_field, trajectory_length_field
+
+
+class MamsOptions(KindOptions):
+    kind: Literal["mams"] = "mams"
+    trajectory_length: float = trajectory_length_field()
+    integrator: Literal["minimal_norm", "leapfrog"] = integrator_field()
+    target_accept_prob: float | None = target_accept_field(0.9)
+
+
+class Mams(MicrocanonicalKind):
+    name = "mams"
+    description = "Metropolis-adjusted microcanonical sampler (exact; tunes step size and L itself)"
+    options = MamsOptions
+    default_target_accept_prob = 0.9  # arXiv:2503.01707
+    mesh_note = (
+        "mams, identity metric, step size and L tuned in warm-up by the staged tuner "
+        "of fieldhmc.samplers.mclmc, its scalar state on the host in float64 "
+        "(fieldhmc.samplers.sharded_mclmc)"
+    )
+
+    def kernel_class(self) -> type:
+        from fieldhmc.samplers.mclmc import MetropolisAdjustedMicrocanonical
+
+        return MetropolisAdjustedMicrocanonical
+
+    def mean_integration_steps(self, step_size: float, trajectory_length: float) -> float:
+        return max(trajectory_length / step_size, 1.0)
+
+
+KIND = Mams()
