@@ -1054,9 +1054,6 @@ class DistributionConfig(BaseModel):
         return value
 
 
-SHARDED_KINDS = kinds.names_where(lambda k: k.runs_on_mesh)  # fieldhmc.samplers.sharded
-
-
 def default_preconditioner(config: "Config") -> str:
     """``sampler.preconditioner`` when the config leaves it out (or null).
 
@@ -1067,8 +1064,8 @@ def default_preconditioner(config: "Config") -> str:
     the step of the masked voxels too, whose posterior is the prior: there ``prior``
     needs fewer gradients per min-ESS (``benchmarks/sampling.py``; the figures are in
     ``benchmarks/README.md``). Sampled hyperparameters get ``prior`` (the metric would
-    be fixed at the fiducial values; not measured); the sharded sampler runs
-    ``identity`` only.
+    be fixed at the fiducial values; not measured); a sharded run defaults to
+    ``identity`` (``prior`` and ``posterior`` run there too when asked for).
     """
     if config.distribution is not None:
         return "identity"
@@ -1078,8 +1075,8 @@ def default_preconditioner(config: "Config") -> str:
 
 
 def _check_distribution(config: "Config") -> None:
-    """What the sharded path supports: non-centred Gaussian, fixed hyperparameters, and
-    hmc, mclmc or mams with the identity preconditioner."""
+    """The mesh divides the grid, and the run is one the sharded path supports
+    (:func:`fieldhmc.mesh_support.mesh_support` says which)."""
     dist = config.distribution
     num = dist.mesh[0]
     n0, n1 = config.grid.shape[:2]
@@ -1088,27 +1085,19 @@ def _check_distribution(config: "Config") -> None:
             "distribution.mesh",
             f"{num} devices must divide grid.shape[0] and [1] (got {n0} and {n1})",
         )
-    problems = [
-        (
-            not config.sampler.sampler_kind.runs_on_mesh,
-            f"sampler.kind in {', '.join(SHARDED_KINDS)} (got {config.sampler.kind})",
-        ),
-        (getattr(config.sampler, "jitter_leapfrog", False), "sampler.jitter_leapfrog=false"),
-        (
-            config.sampler.preconditioner != "identity",
-            f"sampler.preconditioner=identity (got {config.sampler.preconditioner})",
-        ),
-        (
-            config.model.likelihood.kind not in GAUSSIAN_LIKELIHOODS,
-            f"a gaussian likelihood (got {config.model.likelihood.kind})",
-        ),
-        (config.model.forward is not None, "the identity forward model"),
-        (config.model.hyperparameters.is_any_sampled, "fixed hyperparameters"),
-        (config.model.parametrisation != "noncentred", "model.parametrisation=noncentred"),
-    ]
-    for bad, needed in problems:
-        if bad:
-            raise _field_error("distribution", f"the sharded sampler needs {needed}")
+    from fieldhmc.mesh_support import mesh_support
+
+    reason = mesh_support(
+        config.sampler.kind,
+        preconditioner=config.sampler.preconditioner or "identity",
+        jitter_leapfrog=bool(getattr(config.sampler, "jitter_leapfrog", False)),
+        likelihood=config.model.likelihood.kind,
+        forward_model=config.model.forward is not None,
+        sampled_hyperparameters=config.model.hyperparameters.is_any_sampled,
+        parametrisation=config.model.parametrisation,
+    )
+    if reason is not None:
+        raise _field_error("distribution", reason)
 
 
 class Config(BaseModel):

@@ -8,18 +8,15 @@ a mesh, or None.
 
 from __future__ import annotations
 
+from fieldhmc.samplers import kinds
+
 __all__ = ["MESH_KINDS", "MESH_PRECONDITIONERS", "mesh_support"]
 
 #: Sampler kinds with a mesh transition (fieldhmc.samplers.sharded / sharded_mclmc).
-MESH_KINDS = ("hmc", "mclmc", "mams")
+MESH_KINDS = kinds.names_where(lambda k: k.runs_on_mesh)
 #: Fourier-diagonal metrics the mesh target applies as a map of its white-noise latent.
 MESH_PRECONDITIONERS = ("identity", "prior", "posterior")
 _GAUSSIAN_LIKELIHOODS = ("gaussian", "masked_gaussian")
-
-_WHY_KIND = (
-    "its trajectory is a data-dependent tf.while_loop, and a DTensor while loop over the "
-    "slab FFTs segfaults TensorFlow 2.21 (a host-driven tree is not implemented)"
-)
 
 
 def mesh_support(
@@ -61,11 +58,12 @@ def mesh_support(
         One line naming the setting and why it does not run on a mesh.
     """
     del jitter_leapfrog  # supported
+    spec = kinds.get(kind)
     problems = [
         (
-            kind not in MESH_KINDS,
+            not spec.runs_on_mesh,
             f"sampler.kind={kind}: the mesh runs {', '.join(MESH_KINDS)}"
-            + (f" ({kind}: {_WHY_KIND})" if kind in ("nuts", "fieldnuts") else ""),
+            + (f" ({kind}: {spec.mesh_refusal})" if spec.mesh_refusal else ""),
         ),
         (
             preconditioner not in MESH_PRECONDITIONERS,

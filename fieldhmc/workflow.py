@@ -474,7 +474,9 @@ def build(
         from fieldhmc.samplers.sharded import ShardedFieldOutputs, ShardedSampler
 
         outputs = ShardedFieldOutputs(model.grid, kbins, tracked, config.outputs.store_fields)
-        sharded = ShardedGaussianTarget(model, data, mesh)
+        sharded = ShardedGaussianTarget(
+            model, data, mesh, preconditioner=config.sampler.preconditioner or "identity"
+        )
         return Built(
             model,
             ShardedSampler(sharded, settings, outputs),

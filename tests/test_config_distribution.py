@@ -46,12 +46,12 @@ def test_no_distribution_by_default():
         ({"distribution__devices": "tpu"}, "distribution.devices: must be 'cpu' or 'gpu'"),
         ({"sampler__step_size": -1.0}, "sampler.step_size"),
         (
-            {"sampler__preconditioner": "posterior"},
-            "distribution: the sharded sampler needs sampler.preconditioner=identity",
+            {"sampler__preconditioner": "diagonal"},
+            "distribution: not on a mesh: sampler.preconditioner=diagonal",
         ),
         (
             {"model__parametrisation": "centred"},
-            "needs model.parametrisation=noncentred",
+            "distribution: not on a mesh: model.parametrisation=centred",
         ),
     ],
 )
@@ -78,19 +78,29 @@ def test_distribution_refuses_other_kinds(kind):
     with pytest.raises(ConfigError) as info:
         config_from_dict(raw, ROOT)
     text = str(info.value)
-    assert "the sharded sampler needs sampler.kind in hmc, mclmc, mams" in text
+    assert f"not on a mesh: sampler.kind={kind}: the mesh runs hmc, mclmc, mams" in text
     assert "\n" not in text
+
+
+@pytest.mark.parametrize("preconditioner", ["prior", "posterior"])
+def test_distribution_takes_the_fourier_diagonal_metrics_and_jitter(preconditioner):
+    raw = _with(sampler__preconditioner=preconditioner, sampler__jitter_leapfrog=True)
+    config = config_from_dict(raw, ROOT)
+    assert config.sampler.preconditioner == preconditioner
 
 
 @pytest.mark.parametrize("kind", ["mclmc", "mams"])
 def test_distribution_accepts_the_microcanonical_kinds(kind):
     """kind mclmc / mams with distribution validate (ShardedSampler runs them), with
-    their tuning options; a non-identity preconditioner is still refused."""
+    their tuning options and the Fourier-diagonal metrics; the windowed diagonal one is
+    refused."""
     config = config_from_dict(_with_kind(kind, sampler__trajectory_length=1.5), ROOT)
     assert config.sampler.kind == kind and config.distribution.mesh == (4,)
     assert config.sampler.trajectory_length == 1.5
-    with pytest.raises(ConfigError, match="needs sampler.preconditioner=identity"):
-        config_from_dict(_with_kind(kind, sampler__preconditioner="prior"), ROOT)
+    config = config_from_dict(_with_kind(kind, sampler__preconditioner="posterior"), ROOT)
+    assert config.sampler.preconditioner == "posterior"
+    with pytest.raises(ConfigError, match="does not combine with|not on a mesh"):
+        config_from_dict(_with_kind(kind, sampler__preconditioner="diagonal"), ROOT)
 
 
 def _fieldhmc(*args: str) -> subprocess.CompletedProcess:

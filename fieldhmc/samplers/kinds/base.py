@@ -77,6 +77,8 @@ class SamplerKind:
         The sharded sampler (:mod:`fieldhmc.samplers.sharded`) runs it.
     mesh_note : str
         What a sharded run of this kind does (its ``summary.json`` note).
+    mesh_refusal : str
+        Why a kind that does not run on a mesh cannot (empty: not implemented).
     stat_names : tuple of str
         The per-step statistics exported to ``samples.nc``'s ``sample_stats``.
     """
@@ -89,6 +91,7 @@ class SamplerKind:
     tunes_own_metric: ClassVar[bool] = False
     runs_on_mesh: ClassVar[bool] = False
     mesh_note: ClassVar[str] = ""
+    mesh_refusal: ClassVar[str] = ""
     stat_names: ClassVar[tuple[str, ...]] = (
         "lp",
         "acceptance_rate",

@@ -76,6 +76,11 @@ class NutsFamilyKind(DualAveragedKind):
     """NUTS trees (``nuts``, ``fieldnuts``): energy, gradients, divergence and depth
     from the tree (:meth:`tree_stats`); no energy error of a single proposal."""
 
+    mesh_refusal = (
+        "its trajectory is a data-dependent tf.while_loop, and a DTensor while loop over the "
+        "slab FFTs segfaults TensorFlow 2.21 (a host-driven tree is not implemented)"
+    )
+
     default_target_accept_prob = 0.8
     stat_names = (*SamplerKind.stat_names, "tree_depth")
 

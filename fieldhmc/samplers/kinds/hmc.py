@@ -27,8 +27,9 @@ class Hmc(MetropolisHmcKind):
     options = HmcOptions
     runs_on_mesh = True
     mesh_note = (
-        "hmc, identity metric, fixed leapfrog steps, step size adapted in warm-up by "
-        "host float64 dual averaging (fieldhmc.samplers.sharded)"
+        "hmc, the configured Fourier-diagonal metric as a map of the latent, fixed or "
+        "jittered leapfrog steps, step size adapted in warm-up by TFP's dual averaging "
+        "around the mesh transition (fieldhmc.samplers.sharded)"
     )
 
     def inner_kernel(self, target_log_prob_fn, options, *, step_size, num_adaptation_steps):

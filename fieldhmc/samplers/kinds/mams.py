@@ -23,9 +23,9 @@ class Mams(MicrocanonicalKind):
     options = MamsOptions
     default_target_accept_prob = 0.9  # arXiv:2503.01707
     mesh_note = (
-        "mams, identity metric, step size and L tuned in warm-up by the staged tuner "
-        "of fieldhmc.samplers.mclmc, its scalar state on the host in float64 "
-        "(fieldhmc.samplers.sharded_mclmc)"
+        "mams, the configured Fourier-diagonal metric as a map of the latent, the "
+        "integrator and staged tuner of fieldhmc.samplers.mclmc with mesh-wide float64 "
+        "reductions (fieldhmc.samplers.sharded_mclmc)"
     )
 
     def kernel_class(self) -> type:

@@ -56,9 +56,9 @@ class Mclmc(MicrocanonicalKind):
     is_adjusted = False
     stat_names = ("lp", "diverging", "step_size", "n_steps", "energy_error")
     mesh_note = (
-        "mclmc, identity metric, step size and L tuned in warm-up by the staged tuner "
-        "of fieldhmc.samplers.mclmc, its scalar state on the host in float64 "
-        "(fieldhmc.samplers.sharded_mclmc)"
+        "mclmc, the configured Fourier-diagonal metric as a map of the latent, the "
+        "integrator and staged tuner of fieldhmc.samplers.mclmc with mesh-wide float64 "
+        "reductions (fieldhmc.samplers.sharded_mclmc)"
     )
 
     def kernel_class(self) -> type:
