@@ -71,7 +71,8 @@ from fieldhmc.samplers.driver import (
     field_stats_every,
 )
 from fieldhmc.samplers.kernels import MAX_ENERGY_ERROR
-from fieldhmc.samplers.kinds import MICROCANONICAL_KINDS, default_target_accept_prob
+from fieldhmc.samplers.kinds import default_target_accept_prob
+from fieldhmc.samplers.kinds.families import MicrocanonicalKind
 from fieldhmc.samplers.reductions import host as _host
 from fieldhmc.samplers.reductions import replicate as _replicate
 from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonical, ShardedMicrocanonicalResults
@@ -518,7 +519,7 @@ class MeshChunkRunner:
         self._shape = (settings.num_chains, *target.grid_shape)
         self._value_and_gradient = tf.function(target.value_and_gradient, autograph=False)
         self._micro = None
-        if settings.kind in MICROCANONICAL_KINDS:
+        if isinstance(settings.sampler_kind, MicrocanonicalKind):
             self._micro = ShardedMicrocanonical(
                 settings.kind,
                 target.value_and_gradient,

@@ -42,8 +42,10 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from tensorflow.experimental import dtensor
 
+from fieldhmc.samplers import kinds
 from fieldhmc.samplers import mclmc as mc
 from fieldhmc.samplers.counter_random import CounterDraws, global_index, seed_int
+from fieldhmc.samplers.kinds.families import MicrocanonicalKind
 from fieldhmc.samplers.reductions import host, replicate
 
 __all__ = [
@@ -295,9 +297,9 @@ class ShardedMicrocanonical:
         target_accept_prob: float = 0.9,
         random: str = "counter",
     ):
-        kernels = {"mclmc": mc.MicrocanonicalLangevin, "mams": mc.MetropolisAdjustedMicrocanonical}
-        if kind not in kernels:
-            raise ValueError(f"kind must be mclmc or mams, got {kind!r}")
+        spec = kinds.get(kind)
+        if not isinstance(spec, MicrocanonicalKind):
+            raise ValueError(f"kind must be a microcanonical kind, got {kind!r}")
         if random not in ("counter", "philox"):
             raise ValueError(f"random must be 'counter' or 'philox', got {random!r}")
         if random == "philox" and mesh is not None:
@@ -312,7 +314,7 @@ class ShardedMicrocanonical:
         self.field_ops, self._subset_fn, self.num_recorded = mesh_field_ops(self.shape, dtype, mesh)
         # The single-device kernel, for its tuner (_tune), stages and parameters; its
         # scalars are float64 here whatever the state dtype.
-        self.kernel = kernels[kind](
+        self.kernel = spec.kernel_class()(
             None,
             step_size=tf.constant(step_size * root_d, tf.float64),
             trajectory_length=tf.constant(trajectory_length * root_d, tf.float64),
@@ -322,6 +324,7 @@ class ShardedMicrocanonical:
             target_accept_prob=target_accept_prob,
             field_ops=self.field_ops,
         )
+        self._langevin = isinstance(self.kernel, mc.MicrocanonicalLangevin)  # unadjusted
         self.num_adaptation_steps = int(num_adaptation_steps)
         self.stage_ends = self.kernel.stage_ends
         self.gradients_per_step = self.kernel.gradients_per_step
@@ -414,7 +417,7 @@ class ShardedMicrocanonical:
         """Results at a fresh state (``place``: host array -> its layout on the mesh);
         the tuner's initial state is ``mclmc``'s bootstrap's."""
         zero = np.zeros((), self.dtype.as_numpy_dtype)
-        if self.kind == "mclmc":
+        if self._langevin:
             draws = self._draws(np.zeros(2, np.int32))
             velocity = self._unit_velocity(draws.initial_velocity())
         else:
@@ -458,7 +461,7 @@ class ShardedMicrocanonical:
             x=x,
             lp=results.target_log_prob,
             grad=results.grads_target_log_prob,
-            velocity=results.velocity if self.kind == "mclmc" else None,
+            velocity=results.velocity if self._langevin else None,
             eps=tf.constant(host(results.step_size)),
             length=tf.constant(host(results.trajectory_length)),
             tuning=tuning,
@@ -491,7 +494,7 @@ class ShardedMicrocanonical:
         the microcanonical kinds (``lp`` in float64, ``step_size`` as
         :math:`\\epsilon / \\sqrt d` after the tuner's update).
         """
-        if self.kind == "mclmc":
+        if self._langevin:
             stats, statistic, finite = self._mclmc(chain, step)
         else:
             stats, statistic, finite = self._mams(chain, step)
