@@ -51,9 +51,12 @@ the overdensity of a periodic box has zero mean). Its one latent coordinate does
 not enter :math:`\\delta` or the likelihood and keeps a standard-normal prior (also
 in the centred case), so its posterior is :math:`\\mathcal N(0, 1)`.
 
-**Hyperparameters** ``log_amplitude`` and ``index`` (see
-:mod:`fieldhmc.models.power`) are sampled when given a :class:`NormalPrior`, else
-fixed at the power spectrum's fiducial values. A subclass may add sampled scalar
+**Hyperparameters**, the power spectrum's ``parameter_names`` (``log_amplitude`` and
+``index``, see :mod:`fieldhmc.models.power`; ``Omega_m`` and ``sigma8`` for
+:class:`~fieldhmc.models.cosmology.CosmologicalPower`), are sampled when given a prior
+(any :class:`~fieldhmc.models.priors.ScalarPrior`), else fixed at the power spectrum's
+fiducial values; outside their physical domain (``PowerSpectrum.in_support``) the
+target's log density is :math:`-\\infty`. A subclass may add sampled scalar
 parameters of its own (``param_priors``: a forward model's bias, growth, ...; see
 :mod:`fieldhmc.models.priors`), sampled in an unconstrained coordinate :math:`u`
 whose prior density includes the Jacobian of :math:`\theta = T(u)`. Latents are
@@ -148,7 +151,8 @@ class FieldModel(abc.ABC):
         Meaning of the ``"field"`` latent (see the module docstring).
     hyper_priors : mapping, optional
         ``{"log_amplitude": NormalPrior(loc, scale), "index": ...}`` (or
-        ``(loc, scale)`` tuples) for the hyperparameters to sample; the others are
+        ``(loc, scale)`` tuples; any :class:`ScalarPrior`, keys among
+        ``power.parameter_names``) for the hyperparameters to sample; the others are
         fixed at their fiducial values. Default: all fixed.
     param_priors : mapping, optional
         ``{name: ScalarPrior}`` of further sampled scalars (a forward model's
