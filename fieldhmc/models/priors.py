@@ -391,7 +391,8 @@ def check_hyper_priors(
                     loc, scale = prior
                 except (TypeError, ValueError) as err:
                     raise ValueError(
-                        f"prior of {name} must be a ScalarPrior or (loc, scale), got {prior!r}"
+                        f"prior of {name} must be a NormalPrior, TruncatedNormalPrior or "
+                        f"UniformPrior, or (loc, scale), got {prior!r}"
                     ) from err
                 prior = NormalPrior(loc, scale)
             out[name] = prior
