@@ -24,9 +24,9 @@ SMALL = [
     "sampler.jitter_leapfrog=true",
     "sampler.preconditioner=diagonal",
     "sampler.num_chains=2",
-    "sampler.num_burnin_steps=300",
+    "sampler.num_burnin_steps=1000",
     "sampler.num_results=200",
-    "sampler.chunk_size=500",
+    "sampler.chunk_size=1200",
     "outputs.field_thin=10",  # 20 draws x 2 chains = 40 ranked draws
     "outputs.tracked_modes=4",
 ]
