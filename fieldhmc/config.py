@@ -403,21 +403,67 @@ class GridConfig(BaseModel):
         return tuple(value)
 
 
+#: The cosmological parameters of ``model.power.kind=eisenstein_hu`` that can be sampled:
+#: config key -> latent name (as in ``samples.nc``).
+COSMOLOGY_LATENT_NAMES = {"omega_m": "Omega_m", "sigma8": "sigma8"}
+
+
 class PowerConfig(BaseModel):
-    """Prior power spectrum :math:`P(k) = A\\,(k/k_\\mathrm{pivot})^{n}` or a table."""
+    """Prior power spectrum :math:`P(k) = A\\,(k/k_\\mathrm{pivot})^{n}`, a table, or the
+    Eisenstein & Hu linear spectrum of :math:`(\\Omega_m, \\sigma_8)`."""
 
     model_config = _FROZEN
 
-    kind: Literal["power_law", "turnover", "tabulated"] = Field(
+    kind: Literal["power_law", "turnover", "tabulated", "eisenstein_hu"] = Field(
         "power_law",
         description="power_law: P = A (k/k_pivot)^index; turnover: the same power law "
-        "flattened below k_turnover; tabulated: interpolate the table in `file`.",
+        "flattened below k_turnover; tabulated: interpolate the table in `file`; "
+        "eisenstein_hu: the linear matter P(k) today of flat LCDM, Eisenstein & Hu (1998) "
+        "transfer function, sigma8-normalised (docs/cosmology.md).",
     )
-    amplitude: Positive = Field(
-        1000.0, description="Amplitude A > 0 of P(k) at k_pivot, volume units (Mpc/h)^3."
+    amplitude: Positive | None = Field(
+        1000.0,
+        description="Amplitude A > 0 of P(k) at k_pivot, volume units (Mpc/h)^3; not for "
+        "kind=eisenstein_hu.",
     )
-    index: float = _finite(-1.5, "Spectral index n of P(k) = A (k/k_pivot)^n.")
-    k_pivot: Positive = Field(0.1, description="Pivot wavenumber k_pivot > 0 in h/Mpc.")
+    index: float | None = _finite(
+        -1.5, "Spectral index n of P(k) = A (k/k_pivot)^n; not for kind=eisenstein_hu."
+    )
+    k_pivot: Positive | None = Field(
+        0.1, description="Pivot wavenumber k_pivot > 0 in h/Mpc; not for kind=eisenstein_hu."
+    )
+    omega_m: Union[float, "SampledParameterConfig", None] = Field(
+        0.3111,
+        description="Matter density today, Omega_b < Omega_m <= 1: a number or {sample: true, "
+        "prior: {kind: truncated_normal or uniform, ...}} with bounds inside (Omega_b, 1] "
+        "(latent name Omega_m); kind=eisenstein_hu only.",
+    )
+    sigma8: Union[float, "SampledParameterConfig", None] = Field(
+        0.8102,
+        description="rms linear density today in 8 Mpc/h spheres, > 0: a number or {sample: "
+        "true, prior: {...}} with a lower bound > 0; kind=eisenstein_hu only.",
+    )
+    omega_b: float | None = _finite(
+        0.0490, "Baryon density today, in (0, 1) (fixed); kind=eisenstein_hu only.", gt=0, lt=1
+    )
+    h: Positive | None = Field(
+        0.6766, description="H0 / (100 km/s/Mpc) > 0 (fixed); kind=eisenstein_hu only."
+    )
+    n_s: float | None = _finite(
+        0.9665, "Primordial spectral index (fixed); kind=eisenstein_hu only."
+    )
+    wiggles: bool | None = Field(
+        True,
+        strict=True,
+        description="Baryon oscillations in the transfer function (else the no-wiggle form); "
+        "kind=eisenstein_hu only.",
+    )
+
+    @field_validator("omega_m", "sigma8", mode="before")
+    @classmethod
+    def _number_or_sampled(cls, value: object) -> object:
+        return _number_or_sampled_parameter(value)
+
     k_turnover: Positive | None = Field(
         0.05, description="Turnover wavenumber > 0 in h/Mpc; kind=turnover only."
     )
@@ -429,6 +475,16 @@ class PowerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_kind(self) -> "PowerConfig":
+        is_cosmology = self.kind == "eisenstein_hu"
+        actual = f"model.power.kind={self.kind}"
+        for name in ("amplitude", "index", "k_pivot"):
+            _apply_kind_rule(
+                self, name, not is_cosmology, "model.power.kind is not eisenstein_hu", actual
+            )
+        for name in ("omega_m", "sigma8", "omega_b", "h", "n_s", "wiggles"):
+            _apply_kind_rule(self, name, is_cosmology, "model.power.kind=eisenstein_hu", actual)
+        if is_cosmology:
+            self._check_cosmology()
         _apply_kind_rule(
             self,
             "k_turnover",
@@ -448,6 +504,49 @@ class PowerConfig(BaseModel):
         if self.file is not None:
             _array_error("file", _check_power_table, self.file)
         return self
+
+    def _check_cosmology(self) -> None:
+        """Omega_b < Omega_m <= 1 and sigma8 > 0, for numbers and for the support of a
+        sampled parameter's prior (bounds inside the domain)."""
+        domains = {
+            "omega_m": (self.omega_b, 1.0, f"in (Omega_b, 1] = ({self.omega_b}, 1]"),
+            "sigma8": (0.0, math.inf, "positive"),
+        }
+        for name, (low, high, requirement) in domains.items():
+            value = getattr(self, name)
+            if not isinstance(value, SampledParameterConfig):
+                if not low < value <= high:
+                    raise _field_error(name, f"must be {requirement} (got {value})")
+                continue
+            prior = value.prior
+            lo = -math.inf if prior.low is None else prior.low
+            hi = math.inf if prior.high is None else prior.high
+            if not lo > low:
+                raise _field_error(
+                    f"{name}.prior",
+                    f"its support reaches {name} <= {low}: {name} must be {requirement}; "
+                    f"give a truncated_normal or uniform prior with low > {low}"
+                    + ("" if prior.low is None else f" (got low={prior.low})"),
+                )
+            if not hi <= high:
+                raise _field_error(
+                    f"{name}.prior",
+                    f"its support reaches {name} > {high}: {name} must be {requirement}; "
+                    f"give a prior with high <= {high}"
+                    + ("" if prior.high is None else f" (got high={prior.high})"),
+                )
+
+    @property
+    def sampled(self) -> dict[str, "SampledParameterConfig"]:
+        """The sampled cosmological parameters by latent name (``Omega_m``, ``sigma8``)."""
+        if self.kind != "eisenstein_hu":
+            return {}
+        out = {}
+        for key, latent in COSMOLOGY_LATENT_NAMES.items():
+            value = getattr(self, key)
+            if isinstance(value, SampledParameterConfig) and value.sample:
+                out[latent] = value
+        return out
 
 
 class LogAmplitudePrior(BaseModel):
@@ -525,6 +624,18 @@ class MaskConfig(BaseModel):
         return self
 
 
+class ShotNoiseConfig(BaseModel):
+    """Gaussian shot noise of a tracer of number density nbar: variance 1/(nbar V_cell)."""
+
+    model_config = _FROZEN
+
+    nbar: Positive = Field(
+        description="Mean number density of the tracer, > 0, in (h/Mpc)^3 (objects per "
+        "(Mpc/h)^3): the noise standard deviation per voxel is 1/sqrt(nbar V_cell), V_cell "
+        "the cell volume in (Mpc/h)^3."
+    )
+
+
 class LikelihoodConfig(BaseModel):
     """Observation model of the data given the field."""
 
@@ -539,7 +650,13 @@ class LikelihoodConfig(BaseModel):
     sigma: Positive | None = Field(
         1.0,
         description="Noise standard deviation per voxel, > 0 (gaussian kinds); exclusive with "
-        "sigma_map.",
+        "sigma_map and shot_noise.",
+    )
+    shot_noise: ShotNoiseConfig | None = Field(
+        None,
+        description="{nbar: ...}: the noise standard deviation per voxel is 1/sqrt(nbar "
+        "V_cell) (Gaussian shot noise of a tracer of density nbar, (h/Mpc)^3); gaussian kinds "
+        "only, exclusive with sigma and sigma_map.",
     )
     sigma_map: NpyFile = Field(
         None,
@@ -562,7 +679,14 @@ class LikelihoodConfig(BaseModel):
         requirement = "model.likelihood.kind is gaussian or masked_gaussian"
         actual = f"model.likelihood.kind={self.kind}"
         _apply_kind_rule(self, "sigma_map", is_gaussian, requirement, actual)
-        if is_gaussian and self.sigma_map is not None:
+        _apply_kind_rule(self, "shot_noise", is_gaussian, requirement, actual)
+        if is_gaussian and self.shot_noise is not None:
+            if self.sigma_map is not None:
+                raise _field_error("shot_noise", "give either shot_noise or sigma_map, not both")
+            if self.sigma is not None and "sigma" in self.model_fields_set:
+                raise _field_error("sigma", "give either sigma or shot_noise, not both")
+            _set_resolved(self, sigma=None)
+        elif is_gaussian and self.sigma_map is not None:
             if self.sigma is not None and "sigma" in self.model_fields_set:
                 raise _field_error("sigma", "give either sigma or sigma_map, not both")
             _set_resolved(self, sigma=None)
@@ -656,6 +780,22 @@ def _sampled_parameter(value: object, where: str) -> SampledParameterConfig:
         raise _field_error(".".join(k for k in (where, key) if k), message) from None
 
 
+def _number_or_sampled_parameter(value: object) -> object:
+    """A finite number (as float), ``{sample, prior}`` or ``None`` (a field validator)."""
+    if isinstance(value, Mapping):
+        return _sampled_parameter(value, "")
+    if value is None or isinstance(value, SampledParameterConfig):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _field_error("", f"must be a number or {{sample, prior}} (got {_show(value)})")
+    if not math.isfinite(value):
+        raise _field_error("", f"must be finite (got {value})")
+    return float(value)
+
+
+PowerConfig.model_rebuild()  # its omega_m / sigma8 refer to SampledParameterConfig
+
+
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 
@@ -674,15 +814,21 @@ def _plain_param(value: object, where: str) -> None:
     )
 
 
+#: The Lagrangian bias parameters of ``model.forward.kind=lpt`` (``params`` keys), in order.
+LPT_BIAS_NAMES = ("b1", "b2", "bs2", "bnabla2")
+
+
 class ForwardConfig(BaseModel):
     """Forward model from the initial field delta to the prediction the likelihood sees."""
 
     model_config = _FROZEN
 
-    kind: Literal["python", "zeldovich"] = Field(
+    kind: Literal["python", "zeldovich", "lpt"] = Field(
         description="python: your TensorFlow function `target`, called as "
         "function(delta, **params) with delta [chains, n0, n1, n2]; zeldovich: built-in "
-        "1LPT displacement + cloud-in-cell painting (see docs/forward-models.md)."
+        "1LPT displacement + cloud-in-cell painting (see docs/forward-models.md); lpt: the "
+        "galaxy-clustering model, growth at a_obs from Omega_m, 2LPT, redshift space, "
+        "Lagrangian bias, CIC (needs model.power.kind=eisenstein_hu; docs/cosmology.md)."
     )
     target: str | None = Field(
         None,
@@ -693,17 +839,36 @@ class ForwardConfig(BaseModel):
         None,
         description="Keyword arguments of the python function (numbers, strings, bools, "
         "lists), or {sample: true, prior: {kind, loc, scale, low, high}} for a parameter "
-        "sampled with the field (passed as a tensor [chains]); kind=python only.",
+        "sampled with the field (passed as a tensor [chains]); kind=python, and kind=lpt "
+        "with bias=lagrangian: the biases b1, b2, bs2, bnabla2 (numbers or {sample, prior}; "
+        "default 0).",
     )
     growth: float | SampledParameterConfig | None = Field(
         1.0,
         description="Linear growth factor D multiplying the Zel'dovich displacement, a number "
         "or {sample: true, prior: {...}}; kind=zeldovich only.",
     )
-    bias: float | SampledParameterConfig | None = Field(
+    bias: float | SampledParameterConfig | Literal["lagrangian", "none"] | None = Field(
         1.0,
-        description="Linear Eulerian bias b of the Zel'dovich prediction b * delta_evolved, a "
-        "number or {sample: true, prior: {...}}; kind=zeldovich only.",
+        description="kind=zeldovich: linear Eulerian bias b of the prediction b * "
+        "delta_evolved, a number or {sample: true, prior: {...}}; kind=lpt: lagrangian "
+        "(default; weights 1 + b1 delta + b2 (delta^2 - <delta^2>) + bs2 (s^2 - <s^2>) + "
+        "bnabla2 lap delta, parameters in params) or none (the matter field).",
+    )
+    order: int | None = _count(2, "LPT order, 1 or 2; kind=lpt only.", ge=1, le=2)
+    rsd: bool | None = Field(
+        True,
+        strict=True,
+        description="Redshift-space distortions along los_axis (plane-parallel); kind=lpt only.",
+    )
+    los_axis: int | None = _count(
+        2, "Line-of-sight axis of the box, 0, 1 or 2; kind=lpt only.", ge=0, le=2
+    )
+    a_obs: float | None = _finite(0.5, "Scale factor of the observation, in (0, 1]; kind=lpt only.")
+    deconvolve: bool | None = Field(
+        True,
+        strict=True,
+        description="Divide the painted field's modes by the CIC window; kind=lpt only.",
     )
     smoothing: float | None = _finite(
         None,
@@ -727,16 +892,12 @@ class ForwardConfig(BaseModel):
 
     @field_validator("growth", "bias", mode="before")
     @classmethod
-    def _number_or_sampled(cls, value: object) -> object:
-        if isinstance(value, Mapping):
-            return _sampled_parameter(value, "")
-        if value is None or isinstance(value, SampledParameterConfig):
+    def _number_or_sampled(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str) and info.data.get("kind") == "lpt":
+            if value not in ("lagrangian", "none"):
+                raise _field_error("", f"must be lagrangian or none for kind=lpt (got {value!r})")
             return value
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _field_error("", f"must be a number or {{sample, prior}} (got {_show(value)})")
-        if not math.isfinite(value):
-            raise _field_error("", f"must be finite (got {value})")
-        return float(value)
+        return _number_or_sampled_parameter(value)
 
     @model_validator(mode="after")
     def _check_kind(self) -> "ForwardConfig":
@@ -753,7 +914,10 @@ class ForwardConfig(BaseModel):
                     f"(got {self.target!r})",
                 )
         _apply_kind_rule(self, "target", is_python, "model.forward.kind=python", actual)
-        _apply_kind_rule(self, "params", is_python, "model.forward.kind=python", actual)
+        is_lpt = self.kind == "lpt"
+        _apply_kind_rule(
+            self, "params", is_python or is_lpt, "model.forward.kind is python or lpt", actual
+        )
         params = {}
         for key, value in (self.params or {}).items():
             if not re.match(r"^[A-Za-z_]\w*$", str(key)):
@@ -767,9 +931,57 @@ class ForwardConfig(BaseModel):
             _set_resolved(self, params=params)
             self._check_params_accepted()
         is_zeldovich = self.kind == "zeldovich"
-        for name in ("growth", "bias", "smoothing"):
+        for name in ("growth", "smoothing"):
             _apply_kind_rule(self, name, is_zeldovich, "model.forward.kind=zeldovich", actual)
+        if is_lpt:
+            self._check_lpt(params)
+        else:
+            if isinstance(self.bias, str):
+                raise _field_error(
+                    "bias",
+                    f"must be a number or {{sample, prior}} for {actual} (got {self.bias!r})",
+                )
+            _apply_kind_rule(self, "bias", is_zeldovich, "model.forward.kind=zeldovich", actual)
+        for name in ("order", "rsd", "los_axis", "a_obs", "deconvolve"):
+            _apply_kind_rule(self, name, is_lpt, "model.forward.kind=lpt", actual)
         return self
+
+    def _check_lpt(self, params: dict[str, Any]) -> None:
+        """kind=lpt: bias lagrangian or none, a_obs in (0, 1], params only the biases."""
+        if "bias" not in self.model_fields_set or self.bias is None:
+            _set_resolved(self, bias="lagrangian")
+        elif not isinstance(self.bias, str):
+            raise _field_error(
+                "bias", f"must be lagrangian or none for kind=lpt (got {_show(self.bias)})"
+            )
+        if self.a_obs is not None and not 0.0 < self.a_obs <= 1.0:
+            raise _field_error("a_obs", f"must be in (0, 1] (got {self.a_obs})")
+        names = LPT_BIAS_NAMES if self.bias == "lagrangian" else ()
+        for key, value in params.items():
+            if key not in names:
+                what = (
+                    "sampled parameter"
+                    if isinstance(value, SampledParameterConfig)
+                    else ("parameter")
+                )
+                has = f"it has {', '.join(names)}" if names else "bias=none has no parameters"
+                raise _field_error(
+                    f"params.{key}",
+                    f"the lpt forward model has no {what} {key!r} ({has})",
+                )
+            if not isinstance(value, SampledParameterConfig) and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                raise _field_error(
+                    f"params.{key}", f"must be a number or {{sample, prior}} (got {_show(value)})"
+                )
+        _set_resolved(
+            self,
+            params={
+                k: v if isinstance(v, SampledParameterConfig) else float(v)
+                for k, v in params.items()
+            },
+        )
 
     def _check_params_accepted(self) -> None:
         """Every param is a keyword the function accepts: its source is parsed with
@@ -792,6 +1004,8 @@ class ForwardConfig(BaseModel):
         """The parameters given a prior and ``sample: true``, in latent order."""
         if self.kind == "zeldovich":
             values = {"growth": self.growth, "bias": self.bias}
+        elif self.kind == "lpt":
+            values = {k: (self.params or {}).get(k) for k in LPT_BIAS_NAMES}
         else:
             values = dict(self.params or {})
         return {
@@ -833,15 +1047,29 @@ class ModelConfig(BaseModel):
     @model_validator(mode="after")
     def _resolve_priors(self) -> "ModelConfig":
         hyper = self.hyperparameters
-        if self.power.kind == "tabulated":
+        if self.power.kind in ("tabulated", "eisenstein_hu"):
             for name in ("log_amplitude", "index"):
                 if getattr(hyper, name).sample:
+                    what = (
+                        " (sample power.omega_m and power.sigma8 instead)"
+                        if self.power.kind == "eisenstein_hu"
+                        else ""
+                    )
                     raise _field_error(
                         f"hyperparameters.{name}.sample",
                         "cannot sample power-spectrum hyperparameters with "
-                        "model.power.kind=tabulated",
+                        f"model.power.kind={self.power.kind}{what}",
                     )
+        forward = self.forward
+        if forward is not None and forward.kind == "lpt" and self.power.kind != "eisenstein_hu":
+            raise _field_error(
+                "forward.kind",
+                "lpt takes its growth from Omega_m: it needs model.power.kind=eisenstein_hu "
+                f"(got {self.power.kind})",
+            )
         log_amplitude, index = hyper.log_amplitude, hyper.index
+        if self.power.amplitude is None:  # eisenstein_hu: no log A / n to sample
+            return self
         if log_amplitude.prior_loc is None:
             log_amplitude = log_amplitude.model_copy(
                 update={"prior_loc": math.log(self.power.amplitude)}
@@ -857,6 +1085,7 @@ class ModelConfig(BaseModel):
         """Every sampled scalar in latent order: the P(k) hyperparameters, then the
         forward model's parameters (config order)."""
         power = [n for n in ("log_amplitude", "index") if getattr(self.hyperparameters, n).sample]
+        power += list(self.power.sampled)
         forward = list(self.forward.sampled) if self.forward is not None else []
         return (*power, *forward)
 

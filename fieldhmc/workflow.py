@@ -73,6 +73,18 @@ def _file_error():
 def _build_power(power: cfg.PowerConfig):
     from fieldhmc import models
 
+    if power.kind == "eisenstein_hu":
+        from fieldhmc.models.cosmology import CosmologicalPower, FixedCosmology
+
+        fiducial = {
+            key: _forward_parameter(getattr(power, key), f"model.power.{key}")
+            for key in cfg.COSMOLOGY_LATENT_NAMES
+        }
+        fiducial = {
+            k: v.fiducial if isinstance(v, models.ScalarPrior) else v for k, v in fiducial.items()
+        }
+        fixed = FixedCosmology(omega_b=power.omega_b, h=power.h, n_s=power.n_s)
+        return CosmologicalPower(fiducial["omega_m"], fiducial["sigma8"], fixed, power.wiggles)
     if power.kind == "power_law":
         return models.PowerLaw(power.amplitude, power.index, power.k_pivot)
     if power.kind == "turnover":
@@ -111,14 +123,59 @@ def _forward_parameter(value, key: str):
     return prior if value.sample else prior.fiducial
 
 
-def _build_forward(config: cfg.Config, grid):
+def _power_priors(config: cfg.Config) -> dict:
+    """``{latent name: prior}`` of the sampled power-spectrum parameters: ``(loc, scale)``
+    of log A / n, or the :class:`~fieldhmc.models.ScalarPrior` of Omega_m / sigma8."""
+    hyper = {
+        name: (
+            getattr(config.model.hyperparameters, name).prior_loc,
+            getattr(config.model.hyperparameters, name).prior_scale,
+        )
+        for name in ("log_amplitude", "index")
+        if getattr(config.model.hyperparameters, name).sample
+    }
+    power = config.model.power
+    for key, latent in cfg.COSMOLOGY_LATENT_NAMES.items():
+        if latent in power.sampled:
+            hyper[latent] = _forward_parameter(getattr(power, key), f"model.power.{key}")
+    return hyper
+
+
+def _build_forward(config: cfg.Config, grid, power=None):
     """``(forward, forward_params)`` of ``model.forward`` (``(None, {})`` for the identity);
-    sampled parameters are :class:`~fieldhmc.models.ScalarPrior` values."""
+    sampled parameters are :class:`~fieldhmc.models.ScalarPrior` values. ``power`` (the
+    built prior spectrum) gives kind ``lpt`` its fiducial Omega_m and fixed cosmology."""
     from fieldhmc import models
 
     forward = config.model.forward
     if forward is None:
         return None, {}
+    if forward.kind == "lpt":
+        from fieldhmc.models.galaxy_clustering import GalaxyClusteringForward
+
+        values = {
+            name: _forward_parameter(value, f"model.forward.params.{name}")
+            for name, value in (forward.params or {}).items()
+        }
+        fixed = {k: 0.0 if isinstance(v, models.ScalarPrior) else v for k, v in values.items()}
+        sampled = {
+            name: values[name]
+            for name in cfg.LPT_BIAS_NAMES
+            if isinstance(values.get(name), models.ScalarPrior)
+        }
+        fwd = GalaxyClusteringForward(
+            grid,
+            a_obs=forward.a_obs,
+            omega_m=power.omega_m,
+            fixed=power.fixed,
+            order=forward.order,
+            rsd=forward.rsd,
+            los_axis=forward.los_axis,
+            bias=None if forward.bias == "none" else forward.bias,
+            deconvolve=forward.deconvolve,
+            **fixed,
+        )
+        return fwd, sampled
     if forward.kind == "zeldovich":
         values = {
             name: _forward_parameter(getattr(forward, name), f"model.forward.{name}")
@@ -159,18 +216,11 @@ def build_model(
 
     grid = models.Grid(config.grid.shape, config.grid.box_size)
     power = _build_power(config.model.power)
-    hyper = {
-        name: (
-            getattr(config.model.hyperparameters, name).prior_loc,
-            getattr(config.model.hyperparameters, name).prior_scale,
-        )
-        for name in ("log_amplitude", "index")
-        if getattr(config.model.hyperparameters, name).sample
-    }
+    hyper = _power_priors(config)
     lik = config.model.likelihood
     if mask is None:
         mask = _mask(config, grid)
-    forward, forward_params = _build_forward(config, grid)
+    forward, forward_params = _build_forward(config, grid, power)
     common = {
         "forward": forward,
         "forward_params": forward_params,
@@ -185,6 +235,8 @@ def build_model(
             with _file_error():
                 sigma_map = datafiles.load_sigma_map(lik.sigma_map, config.grid.shape, mask)
         sigma = sigma_map if sigma_map is not None else lik.sigma
+        if sigma_map is None and lik.shot_noise is not None:  # 1 / sqrt(nbar V_cell)
+            sigma = 1.0 / math.sqrt(lik.shot_noise.nbar * grid.volume / grid.num_cells)
         return models.GaussianFieldModel(grid, power, sigma, mask, **common)
     except models.ForwardModelError as exc:
         raise cfg.ConfigError("model.forward.target", str(exc)) from None

@@ -21,7 +21,10 @@ Layout (one concept per module):
 * :mod:`~fieldhmc.models.lpt` (:class:`LagrangianPerturbation`, 2LPT),
   :mod:`~fieldhmc.models.rsd` (redshift space), :mod:`~fieldhmc.models.lagrangian_bias`
   and their composition :class:`LPTGalaxyForward` (:mod:`~fieldhmc.models.lpt_galaxies`;
-  ``docs/lpt-forward.md``);
+  ``docs/lpt-forward.md``), and with the growth from :math:`\\Omega_m`
+  :class:`GalaxyClusteringForward` (:mod:`~fieldhmc.models.galaxy_clustering`,
+  ``model.forward.kind: lpt``; its prior
+  :class:`~fieldhmc.models.cosmology.CosmologicalPower`, ``docs/cosmology.md``);
 * :mod:`~fieldhmc.models.wiener_solver`, :mod:`~fieldhmc.models.wiener` -- the
   Wiener filter and exact Gaussian posteriors.
 """
@@ -41,6 +44,7 @@ from fieldhmc.models.forward import (
     check_forward_fn,
     load_forward_target,
 )
+from fieldhmc.models.galaxy_clustering import GalaxyClusteringForward
 from fieldhmc.models.gaussian import GaussianFieldModel
 from fieldhmc.models.grid import Grid, KBins
 from fieldhmc.models.lagrangian_bias import lagrangian_bias_weights
@@ -124,6 +128,7 @@ __all__ = [
     "WienerPosterior",
     "WienerVariance",
     "ZeldovichForward",
+    "GalaxyClusteringForward",
     "check_forward_fn",
     "cic_deconvolve",
     "cic_paint",

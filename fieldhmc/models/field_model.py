@@ -51,9 +51,12 @@ the overdensity of a periodic box has zero mean). Its one latent coordinate does
 not enter :math:`\\delta` or the likelihood and keeps a standard-normal prior (also
 in the centred case), so its posterior is :math:`\\mathcal N(0, 1)`.
 
-**Hyperparameters** ``log_amplitude`` and ``index`` (see
-:mod:`fieldhmc.models.power`) are sampled when given a :class:`NormalPrior`, else
-fixed at the power spectrum's fiducial values. A subclass may add sampled scalar
+**Hyperparameters**, the power spectrum's ``parameter_names`` (``log_amplitude`` and
+``index``, see :mod:`fieldhmc.models.power`; ``Omega_m`` and ``sigma8`` for
+:class:`~fieldhmc.models.cosmology.CosmologicalPower`), are sampled when given a prior
+(any :class:`~fieldhmc.models.priors.ScalarPrior`), else fixed at the power spectrum's
+fiducial values; outside their physical domain (``PowerSpectrum.in_support``) the
+target's log density is :math:`-\\infty`. A subclass may add sampled scalar
 parameters of its own (``param_priors``: a forward model's bias, growth, ...; see
 :mod:`fieldhmc.models.priors`), sampled in an unconstrained coordinate :math:`u`
 whose prior density includes the Jacobian of :math:`\theta = T(u)`. Latents are
@@ -89,7 +92,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from fieldhmc.models.grid import Grid
-from fieldhmc.models.power import PowerSpectrum, power_from_terms
+from fieldhmc.models.power import PowerSpectrum
 from fieldhmc.models.priors import (
     NormalPrior,
     ScalarPrior,
@@ -119,6 +122,8 @@ PARAMETRIZATIONS: tuple[str, ...] = ("noncentred", "centred")
 CONDITIONAL_PARAMETRIZATIONS: tuple[str, ...] = ("conditional", "conditional_scale")
 INIT_KINDS: tuple[str, ...] = ("prior", "zeros", "wiener")
 _LOG_2PI = math.log(2.0 * math.pi)
+#: Where :meth:`FieldModel._surrogate` keeps its result in the ``hp`` dict of one evaluation.
+_SURROGATE_KEY = "_surrogate"
 
 
 class FieldModel(abc.ABC):
@@ -146,7 +151,8 @@ class FieldModel(abc.ABC):
         Meaning of the ``"field"`` latent (see the module docstring).
     hyper_priors : mapping, optional
         ``{"log_amplitude": NormalPrior(loc, scale), "index": ...}`` (or
-        ``(loc, scale)`` tuples) for the hyperparameters to sample; the others are
+        ``(loc, scale)`` tuples; any :class:`ScalarPrior`, keys among
+        ``power.parameter_names``) for the hyperparameters to sample; the others are
         fixed at their fiducial values. Default: all fixed.
     param_priors : mapping, optional
         ``{name: ScalarPrior}`` of further sampled scalars (a forward model's
@@ -192,8 +198,14 @@ class FieldModel(abc.ABC):
         self.power = power
         self.parametrization = parametrization
         self.dtype = dtype
-        power_priors = check_hyper_priors(hyper_priors)
+        power_priors = check_hyper_priors(hyper_priors, power.parameter_names)
         param_priors = check_param_priors(param_priors)
+        clash = set(param_priors) & set(power.parameter_names)
+        if clash:
+            raise ValueError(
+                f"sampled forward parameter(s) {sorted(clash)} clash with the power spectrum's "
+                f"parameters {power.parameter_names}"
+            )
         #: every sampled scalar's prior, in latent order
         self.hyper_priors: dict[str, ScalarPrior] = {**power_priors, **param_priors}
         #: the sampled P(k) hyperparameters (those that make P(k) vary)
@@ -220,15 +232,23 @@ class FieldModel(abc.ABC):
         self._check_power(kmag)
 
     # --- power spectrum on the grid --------------------------------------------------
-    def _power_terms_np(self) -> tuple[np.ndarray, np.ndarray]:
-        """float64 ``log(k / k_pivot)`` and ``log_shape(k)`` on the half-spectrum (0 at
-        ``k = 0``), the inputs of :func:`power_from_terms`. Made on demand, not kept: only
+    def _power_terms_np(self) -> dict[str, np.ndarray]:
+        """The power spectrum's grid constants (:meth:`PowerSpectrum.grid_terms_np`; for a
+        power law float64 ``log(k / k_pivot)`` and ``log_shape(k)`` on the half-spectrum),
+        the inputs of :meth:`PowerSpectrum.grid_power`. Made on demand, not kept: only
         models with sampled hyperparameters read them in their density (two float64
         half-spectra, ~2 fields: 1 GiB at 512³)."""
-        kmag = self.grid.kmag()
-        k_pivot = self.power.k_pivot
-        log_k_ratio = np.log(np.where(self._is_pos, kmag, k_pivot) / k_pivot)
-        return log_k_ratio, self.power.log_shape(kmag)
+        return self.power.grid_terms_np(self.grid.kmag())
+
+    @staticmethod
+    def _as_constants(terms: Mapping[str, np.ndarray]) -> dict[str, tf.Tensor]:
+        """NumPy grid constants as tensors: floats as float64, integers as they are."""
+        return {
+            k: tf.constant(
+                v, tf.float64 if np.issubdtype(np.asarray(v).dtype, np.floating) else None
+            )
+            for k, v in terms.items()
+        }
 
     def _check_power(self, kmag: np.ndarray) -> None:
         p = self.power.numpy(kmag)
@@ -282,9 +302,7 @@ class FieldModel(abc.ABC):
             if power_terms or (
                 sampled and (not field_only or self.parametrization == "noncentred")
             ):
-                log_k_ratio, log_shape = self._power_terms_np()
-                c["log_k_ratio"] = tf.constant(log_k_ratio, tf.float64)
-                c["log_shape"] = tf.constant(log_shape, tf.float64)
+                c.update(self._as_constants(self._power_terms_np()))
             if field_only:
                 if not sampled and self.parametrization == "noncentred":
                     c["sqrt_s"] = tf.constant(np.sqrt(self.signal_variance_np()), self.dtype)
@@ -306,14 +324,7 @@ class FieldModel(abc.ABC):
 
     def _signal_variance(self, hp: Mapping[str, tf.Tensor], c) -> tf.Tensor:
         """float64 :math:`s_k` on the half-spectrum, ``[*hyper_batch, n0, n1, m]``."""
-        p = power_from_terms(
-            c["log_k_ratio"],
-            c["log_shape"],
-            c["is_pos"],
-            self.power,
-            hp.get("log_amplitude"),
-            hp.get("index"),
-        )
+        p = self.power.grid_power(c, c["is_pos"], hp)
         return p * (self.grid.num_cells / self.grid.volume)
 
     def _sigma2_delta(self, hp: Mapping[str, tf.Tensor], c) -> tf.Tensor:
@@ -351,13 +362,11 @@ class FieldModel(abc.ABC):
 
     def _surrogate_constants(self) -> dict[str, tf.Tensor]:
         """Data-independent constants of the surrogate (called inside ``init_scope``)."""
-        log_k_ratio, log_shape = self._power_terms_np()
         h = self.grid.hermitian_weights()
         sigma2_delta = (h * self.signal_variance_np()).sum() / self.grid.num_cells
         return {
+            **self._as_constants(self._power_terms_np()),
             "sigma2_delta": tf.constant(sigma2_delta, tf.float64),  # fixed hyperparameters
-            "log_k_ratio": tf.constant(log_k_ratio, tf.float64),
-            "log_shape": tf.constant(log_shape, tf.float64),
             "hermitian_weights": tf.constant(h, self.dtype),
             "hermitian_weights64": tf.constant(h, tf.float64),
             "linear_gain": tf.constant(np.asarray(getattr(self, "linear_gain", 1.0)), tf.float64),
@@ -401,10 +410,24 @@ class FieldModel(abc.ABC):
     def _surrogate(self, hp, c) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """float64 ``(s, R, q)`` per mode, ``q = s R^2 \\bar W`` (all 0 at ``k = 0``):
         :math:`w = s / (1 + q)`, :math:`\\ln w - \\ln s = -\\ln(1 + q)`."""
+        cached = hp.get(_SURROGATE_KEY)
+        if cached is not None:
+            return cached
         s = self._signal_variance(hp, c)
         r = self._linear_response(hp, c)
         q = s * tf.square(r) * c["noise_precision"]
+        if isinstance(hp, dict):
+            # one evaluation reads it twice (the prior and the modes); XLA does not merge
+            # the two copies' while loops (a sampled Omega_m's growth integration)
+            hp[_SURROGATE_KEY] = (s, r, q)
         return s, r, q
+
+    def _in_support(self, hp) -> tf.Tensor | None:
+        """bool ``[batch]``: the sampled P(k) parameters are physical
+        (:meth:`PowerSpectrum.in_support`), or ``None`` if every value is."""
+        if not self.power_hyper_names:
+            return None
+        return self.power.in_support(hp)
 
     # --- latents -----------------------------------------------------------------------
     def _unpack(self, latents) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
@@ -929,12 +952,13 @@ class FieldModel(abc.ABC):
         return np.where(self._is_mean_coordinate, 1.0, 1.0 / self._latent_variance_np() + w)
 
     def hyper_posterior_scales(self) -> dict[str, float]:
-        """Approximate posterior standard deviations of the power-spectrum hyperparameters.
+        """Approximate posterior standard deviations of the sampled P(k) parameters' latents.
 
-        The Fisher information of :math:`\\theta = (\\ln A, n)` about the data's modes
-        under the Fourier-diagonal linear surrogate of the likelihood (per real
-        coordinate a Gaussian of variance :math:`s_k R_k^2 + 1/\\bar W`), at the fiducial
-        values, plus the prior precision:
+        The Fisher information of the sampled power-spectrum parameters :math:`\\theta`
+        (``log_amplitude`` and ``index``, or ``Omega_m`` and ``sigma8``, ...) about the
+        data's modes under the Fourier-diagonal linear surrogate of the likelihood (per
+        real coordinate a Gaussian of variance :math:`s_k R_k^2 + 1/\\bar W`), at the
+        fiducial values, plus the prior precision:
 
         .. math::
 
@@ -942,30 +966,43 @@ class FieldModel(abc.ABC):
             \\partial_a \\ln s_k\\, \\partial_b \\ln s_k + \\frac{\\delta_{ab}}{\\sigma_a^2},
             \\qquad q_k = s_k R_k^2 \\bar W,
 
-        with :math:`\\partial \\ln s_k / \\partial \\ln A = 1` and
-        :math:`\\partial \\ln s_k / \\partial n = \\ln(k / k_p)`. Returns the marginal
-        standard deviations :math:`\\sqrt{(F^{-1})_{aa}}` of the sampled ones among
-        them (a diagonal metric for the ``conditional`` parametrisations, whose field
-        latent has unit posterior scale at every :math:`\\theta`).
+        with :math:`\\partial \\ln s_k` from the spectrum
+        (:meth:`PowerSpectrum.log_power_derivatives_np`; for a power law
+        :math:`\\partial \\ln s_k / \\partial \\ln A = 1`,
+        :math:`\\partial \\ln s_k / \\partial n = \\ln(k / k_p)`) and :math:`\\sigma_a`
+        the prior's standard deviation. Returns the marginal standard deviations
+        :math:`\\sqrt{(F^{-1})_{aa}}`, divided by :math:`|d\\theta/du|` at the fiducial
+        value for a bounded prior (the latent :math:`u` is what the sampler moves): a
+        diagonal metric for the ``conditional`` parametrisations, whose field latent has
+        unit posterior scale at every :math:`\\theta`.
 
         Returns
         -------
         dict
-            ``{name: sd}`` for the sampled ``log_amplitude`` / ``index``.
+            ``{name: sd}`` for the sampled P(k) parameters.
         """
-        names = [n for n in ("log_amplitude", "index") if n in self.hyper_names]
+        names = list(self.power_hyper_names)
         if not names:
             return {}
         s = self.signal_variance_np()
         gain = np.asarray(getattr(self, "linear_gain", 1.0), np.float64)
         q = s * gain**2 * self._surrogate_noise_precision()
-        log_k_ratio, _ = self._power_terms_np()
-        deriv = {"log_amplitude": self._is_pos.astype(np.float64), "index": log_k_ratio}
+        deriv = self.power.log_power_derivatives_np(self.grid.kmag())
         weight = 0.5 * self.grid.hermitian_weights() * (q / (1.0 + q)) ** 2
         fisher = np.array([[np.sum(weight * deriv[a] * deriv[b]) for b in names] for a in names])
-        fisher += np.diag([1.0 / self.hyper_priors[n].scale ** 2 for n in names])
+        prior_sd = [float(self.hyper_priors[n].scipy().std()) for n in names]
+        fisher += np.diag([1.0 / sd**2 for sd in prior_sd])
         sd = np.sqrt(np.diag(np.linalg.inv(fisher)))
-        return dict(zip(names, (float(v) for v in sd), strict=True))
+        out = {}
+        for name, value in zip(names, sd, strict=True):
+            prior = self.hyper_priors[name]
+            if prior.is_bounded:  # d theta / du at the fiducial value's latent
+                u = float(prior.unconstrained_np(self.fiducial[name]))
+                eps = 1e-6
+                slope = (prior.physical_np(u + eps) - prior.physical_np(u - eps)) / (2 * eps)
+                value = value / abs(float(slope))
+            out[name] = float(value)
+        return out
 
     # --- initial states -----------------------------------------------------------------
     def wiener_latent(self, data, tol: float = 1e-8) -> np.ndarray:
@@ -1091,11 +1128,17 @@ class PinnedTarget:
         m = self.model
         field, hp = m._unpack(latents)
         lc = self._data_constants()
-        return (
+        log_prob = (
             m._log_prior_hypers(m._hyper_latents(latents))
             + m._log_prior_field(field, hp, self._constants, lc)
             + m._log_likelihood_of_field(field, hp, self._constants, lc)
         )
+        ok = m._in_support(hp)
+        if ok is None:
+            return log_prob
+        # outside the parameters' physical domain: -inf (the model evaluates clipped
+        # values there, so the discarded branch and its gradient are finite)
+        return tf.where(ok, log_prob, tf.constant(-np.inf, tf.float64))
 
     def field_from_latents(self, *latents) -> tf.Tensor:
         """:meth:`FieldModel.field_from_latents` given these data (batch-aware)."""

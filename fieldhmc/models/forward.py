@@ -392,10 +392,13 @@ class ForwardFieldModel(FieldModel):
             raise ValueError(
                 f"forward.from_modes must be callable, got {type(self._from_modes).__name__}"
             )
+        #: the sampled P(k) parameters the forward model reads (e.g. Omega_m for the growth)
+        self.forward_power_names = self._check_power_parameters(forward, power)
         gain = 1.0 if forward is None else getattr(forward, "linear_gain", 1.0)
         gain_fn = getattr(forward, "linear_gain_fn", None)
-        if self.param_names and gain_fn is not None:  # at the sampled parameters' fiducials
-            fiducial = {n: tf.constant(self.fiducial[n], tf.float64) for n in self.param_names}
+        sampled = (*self.param_names, *self.forward_power_names)
+        if sampled and gain_fn is not None:  # at the sampled parameters' fiducials
+            fiducial = {n: tf.constant(self.fiducial[n], tf.float64) for n in sampled}
             gain = gain_fn(**self.forward_params, **fiducial).numpy()
             gain = gain.reshape(gain.shape[-3:]) if gain.ndim >= 3 else gain.reshape(())
         gain = np.asarray(gain, dtype=np.float64)
@@ -413,6 +416,25 @@ class ForwardFieldModel(FieldModel):
         if check_forward and forward is not None:
             self.check_forward()
 
+    def _check_power_parameters(self, forward, power) -> tuple[str, ...]:
+        """The names of ``forward.power_parameter_names`` that are sampled here, after
+        checking that the forward model's fixed values (``forward.power_parameters``) are
+        the power spectrum's fiducial ones."""
+        names = tuple(getattr(forward, "power_parameter_names", ()) or ())
+        fixed = getattr(forward, "power_parameters", {}) or {}
+        for name in names:
+            if name not in power.parameter_names:
+                raise ValueError(
+                    f"the forward model reads the power-spectrum parameter {name!r}, which "
+                    f"{type(power).__name__} does not have (it has {power.parameter_names})"
+                )
+            if name in fixed and not np.isclose(fixed[name], power.fiducial[name], rtol=1e-12):
+                raise ValueError(
+                    f"the forward model's {name} = {fixed[name]} differs from the power "
+                    f"spectrum's {power.fiducial[name]}"
+                )
+        return tuple(n for n in names if n in self.power_hyper_names)
+
     # --- the forward model --------------------------------------------------------------
     def check_forward(self, num_chains: int = 2, seed=(8, 1)) -> None:
         """Run :func:`check_forward_fn` on a ``num_chains`` prior draw of :math:`\\delta`."""
@@ -426,7 +448,8 @@ class ForwardFieldModel(FieldModel):
 
     def _forward_params(self, hp, batch_shape=None) -> dict:
         """The keyword arguments of ``forward``: the fixed ``forward_params`` and the
-        sampled parameters' physical values from ``hp`` as model-dtype tensors.
+        sampled parameters' physical values from ``hp`` as model-dtype tensors (with the
+        sampled P(k) parameters the forward model reads, ``forward_power_names``).
 
         Parameters
         ----------
@@ -438,7 +461,7 @@ class ForwardFieldModel(FieldModel):
             ``[prod(batch_shape)]`` (the one chain axis the forward function sees).
         """
         params = dict(self.forward_params)
-        for name in self.param_names:
+        for name in (*self.param_names, *self.forward_power_names):
             value = hp.get(name) if hp is not None else None
             if value is None:
                 value = self.fiducial[name]

@@ -142,6 +142,53 @@ class PowerSpectrum(abc.ABC):
         log_k_ratio, log_shape, is_pos = self._k_terms(k, dtype)
         return power_from_terms(log_k_ratio, log_shape, is_pos, self, log_amplitude, index)
 
+    # --- the hooks a FieldModel evaluates P(k) on its grid through ---------------------
+    #: Names of the sampleable parameters of this spectrum, in sampling order.
+    parameter_names: tuple[str, ...] = HYPERPARAMETER_NAMES
+
+    def grid_terms_np(self, kmag: np.ndarray) -> dict[str, np.ndarray]:
+        """NumPy constants :meth:`grid_power` reads, for ``kmag`` (the grid's
+        half-spectrum :math:`|k|`): ``log_k_ratio`` :math:`\\ln(k/k_p)` and
+        ``log_shape`` (both float64, 0 at ``k = 0``)."""
+        kmag = np.asarray(kmag, np.float64)
+        is_pos = kmag > 0
+        log_k_ratio = np.log(np.where(is_pos, kmag, self.k_pivot) / self.k_pivot)
+        return {"log_k_ratio": log_k_ratio, "log_shape": self.log_shape(kmag)}
+
+    def grid_power(self, terms, is_pos: tf.Tensor, hp) -> tf.Tensor:
+        """float64 :math:`P(k)` on the grid, ``[*batch, *kmag.shape]``.
+
+        Parameters
+        ----------
+        terms : mapping
+            :meth:`grid_terms_np` as tensors (same keys; floats as float64).
+        is_pos : tf.Tensor
+            bool, ``k > 0``.
+        hp : mapping
+            Physical values of the sampled parameters (``[batch]``); the others take
+            their fiducial values.
+        """
+        return power_from_terms(
+            terms["log_k_ratio"],
+            terms["log_shape"],
+            is_pos,
+            self,
+            hp.get("log_amplitude"),
+            hp.get("index"),
+        )
+
+    def log_power_derivatives_np(self, kmag: np.ndarray) -> dict[str, np.ndarray]:
+        """:math:`\\partial \\ln P(k) / \\partial\\theta` at the fiducial values (NumPy
+        float64, 0 at ``k = 0``), for each name of :attr:`parameter_names`."""
+        terms = self.grid_terms_np(kmag)
+        is_pos = np.asarray(kmag) > 0
+        return {"log_amplitude": is_pos.astype(np.float64), "index": terms["log_k_ratio"]}
+
+    def in_support(self, hp) -> tf.Tensor | None:
+        """bool ``[batch]``: the sampled values ``hp`` are inside the parameters' physical
+        domain, or ``None`` if every real value is allowed (the default)."""
+        return None
+
     def _k_terms(self, k, dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """``ln(k/k_p)``, ``ln[T(k)/T(k_p)]`` (both 0 at k = 0) and ``k > 0``."""
         if not tf.is_tensor(k):

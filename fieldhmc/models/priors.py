@@ -364,33 +364,35 @@ def make_prior(kind: str, **arguments: float) -> ScalarPrior:
 
 
 def check_hyper_priors(
-    hyper_priors: Mapping[str, NormalPrior | tuple[float, float]] | None,
-) -> dict[str, NormalPrior]:
-    """Validate ``{name: NormalPrior or (loc, scale)}``; return them in sampling order.
+    hyper_priors: Mapping[str, ScalarPrior | tuple[float, float]] | None,
+    names: tuple[str, ...] = HYPERPARAMETER_NAMES,
+) -> dict[str, ScalarPrior]:
+    """Validate ``{name: ScalarPrior or (loc, scale)}`` of the power spectrum's sampled
+    parameters (``names``: its ``parameter_names``); return them in sampling order.
 
     Raises
     ------
     ValueError
-        For a name other than ``"log_amplitude"`` / ``"index"`` or a bad prior.
+        For a name not in ``names`` or a bad prior.
     """
     if not hyper_priors:
         return {}
-    unknown = set(hyper_priors) - set(HYPERPARAMETER_NAMES)
+    unknown = set(hyper_priors) - set(names)
     if unknown:
         raise ValueError(
-            f"unknown hyperparameter(s) {sorted(unknown)}; expected a subset of "
-            f"{HYPERPARAMETER_NAMES}"
+            f"unknown hyperparameter(s) {sorted(unknown)}; expected a subset of {tuple(names)}"
         )
     out = {}
-    for name in HYPERPARAMETER_NAMES:
+    for name in names:
         if name in hyper_priors:
             prior = hyper_priors[name]
-            if not isinstance(prior, NormalPrior):
+            if not isinstance(prior, ScalarPrior):
                 try:
                     loc, scale = prior
                 except (TypeError, ValueError) as err:
                     raise ValueError(
-                        f"prior of {name} must be a NormalPrior or (loc, scale), got {prior!r}"
+                        f"prior of {name} must be a NormalPrior, TruncatedNormalPrior or "
+                        f"UniformPrior, or (loc, scale), got {prior!r}"
                     ) from err
                 prior = NormalPrior(loc, scale)
             out[name] = prior

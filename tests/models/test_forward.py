@@ -327,7 +327,7 @@ def test_forward_config_validation(tmp_path):
             "params": {"x": {"sample": True}},
         },
         "target: file not found": {"kind": "python", "target": "absent.py:f"},
-        "kind: must be 'python' or 'zeldovich' (got 'lpt2')": {"kind": "lpt2"},
+        "kind: must be 'python', 'zeldovich' or 'lpt' (got 'lpt2')": {"kind": "lpt2"},
     }
     for match, forward in bad.items():
         with pytest.raises(ConfigError, match=re.escape(match.split(": ", 1)[1][:30])) as info:

@@ -13,7 +13,10 @@ One concept per module:
 * :mod:`~fieldhmc.models.cosmology.transfer` -- :func:`eisenstein_hu_transfer`
   (with and without wiggles);
 * :mod:`~fieldhmc.models.cosmology.linear_power` -- :func:`sigma_r_squared`,
-  :func:`linear_power` and :class:`EisensteinHuPower` (:math:`\\sigma_8`-normalised).
+  :func:`linear_power` and :class:`EisensteinHuPower` (:math:`\\sigma_8`-normalised);
+* :mod:`~fieldhmc.models.cosmology.power_spectrum` -- :class:`CosmologicalPower`, the
+  same as a field prior (:class:`~fieldhmc.models.PowerSpectrum`, sampled
+  :math:`\\Omega_m, \\sigma_8`).
 
 Units: :math:`k` in h/Mpc, :math:`P` in (Mpc/h)^3, lengths in Mpc/h. See
 ``docs/cosmology.md``.
@@ -34,11 +37,13 @@ from fieldhmc.models.cosmology.parameters import (
     clip_to_support,
     in_support,
 )
+from fieldhmc.models.cosmology.power_spectrum import CosmologicalPower
 from fieldhmc.models.cosmology.transfer import eisenstein_hu_transfer
 
 __all__ = [
     "COSMOLOGY_PARAMETER_NAMES",
     "GROWTH_NORMALIZATIONS",
+    "CosmologicalPower",
     "PLANCK18",
     "EisensteinHuPower",
     "FixedCosmology",
