@@ -1081,6 +1081,11 @@ class ModelConfig(BaseModel):
         return self
 
     @property
+    def samples_power(self) -> bool:
+        """Whether a power-spectrum parameter is sampled (log A, n, or the cosmology's)."""
+        return self.hyperparameters.is_any_sampled or bool(self.power.sampled)
+
+    @property
     def sampled_parameter_names(self) -> tuple[str, ...]:
         """Every sampled scalar in latent order: the P(k) hyperparameters, then the
         forward model's parameters (config order)."""
@@ -1298,7 +1303,7 @@ def default_preconditioner(config: "Config") -> str:
     """
     if config.distribution is not None:
         return "identity"
-    if config.model.hyperparameters.is_any_sampled:
+    if config.model.samples_power:
         return "prior"
     return "posterior" if config.model.likelihood.mask is None else "prior"
 
@@ -1322,7 +1327,7 @@ def _check_distribution(config: "Config") -> None:
         jitter_leapfrog=bool(getattr(config.sampler, "jitter_leapfrog", False)),
         likelihood=config.model.likelihood.kind,
         forward_model=config.model.forward is not None,
-        sampled_hyperparameters=config.model.hyperparameters.is_any_sampled,
+        sampled_hyperparameters=config.model.samples_power,
         parametrisation=config.model.parametrisation,
     )
     if reason is not None:
@@ -1387,7 +1392,7 @@ class Config(BaseModel):
                 raise _field_error(
                     "sampler.init", f"wiener needs a gaussian likelihood (got {likelihood.kind})"
                 )
-            if self.model.hyperparameters.is_any_sampled:
+            if self.model.samples_power:
                 raise _field_error(
                     "sampler.init", "wiener needs fixed hyperparameters (some are sampled)"
                 )

@@ -230,3 +230,28 @@ def test_bad_galaxy_config_before_tensorflow(tmp_path) -> None:
     assert "no-tensorflow" in result.stdout
     assert result.stderr.strip().splitlines()[0].startswith(f"config error: {expected}")
     assert not (tmp_path / "out").exists()
+
+
+def test_sampled_cosmology_counts_as_sampled_power() -> None:
+    """Sampled Omega_m / sigma8 are sampled P(k) parameters for the sampler-section rules:
+    the default metric is the prior's, init wiener and a mesh are refused."""
+    from fieldhmc.config import ConfigError
+
+    raw = {
+        "model": {
+            "power": {
+                "kind": "eisenstein_hu",
+                "sigma8": {
+                    "sample": True,
+                    "prior": {"kind": "uniform", "low": 0.5, "high": 1.1},
+                },
+            },
+            "likelihood": {"sigma": 1.0},
+        }
+    }
+    config = config_from_dict(raw, ".")
+    assert config.model.samples_power and config.sampler.preconditioner == "prior"
+    with pytest.raises(ConfigError, match="wiener needs fixed hyperparameters"):
+        config_from_dict({**raw, "sampler": {"init": "wiener"}}, ".")
+    with pytest.raises(ConfigError, match="not on a mesh: sampled hyperparameters"):
+        config_from_dict({**raw, "distribution": {"mesh": [2]}, "grid": {"shape": [8, 8, 8]}}, ".")
