@@ -70,7 +70,8 @@ MCLMC, warm-up split into stages of fractions ``(0.4, 0.3, 0.3)``:
    positive sequence, pooled over chains). Not in BlackJAX: the stage also measures
    :math:`\mathrm{Var}[\Delta E]/d` in 4 windows at stationarity and after each re-sets
    the step by :math:`(\text{desired}/\text{measured})^{1/6}` (at most 4x either way;
-   after the last window only downwards, so the kept step was measured), and
+   after the last window only downwards, so the kept step was measured; a window above
+   twice the tolerance caps it at its law value for the rest of warm-up), and
    :math:`\epsilon` in the rule for :math:`L` is the stage's mean step. The
    predictor of stages 1-2 remembers the chains' way in from the start (its memory is
    most of a short warm-up), which left its step several times too small on field
@@ -741,8 +742,9 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         (the :math:`\epsilon^6` law of the predictor), the factor clipped to
         ``[1/_MAX_STEP_CHANGE, _MAX_STEP_CHANGE]`` per window and the step to
         ``step_size_max``; after the last window the step may only shrink, so the
-        step the run keeps has been measured. Uses the MAMS-only ``avg_error`` (sum)
-        and ``da_step`` (count) of the tuning state.
+        step the run keeps has been measured. A window above twice the tolerance lowers
+        ``step_size_max`` to its law value for the rest of warm-up. Uses the MAMS-only
+        ``avg_error`` (sum) and ``da_step`` (count) of the tuning state.
         """
         end2, end3 = self.stage_ends[1], self.stage_ends[2]
         dtype = eps.dtype
@@ -765,12 +767,20 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         # The last window's step is kept unless it is too large: a larger one would go
         # unmeasured, and near the integrator's stability limit the eps^6 law breaks down.
         factor = tf.where(t == end3 - 1, tf.minimum(factor, tf.ones([], dtype)), factor)
-        eps = tf.where(done, tf.minimum(eps * factor, tuning.step_size_max), eps)
+        # A window clearly above the tolerance caps the step for the rest of warm-up at
+        # its eps^6-law value: where the posterior's scale moves along the chain (sampled
+        # hyperparameters under the prior metric) a short window can miss the large
+        # errors of a step that was already measured too large once.
+        law = eps * (desired / tf.maximum(measured, tiny)) ** (1.0 / 6.0)
+        over = done & (measured > 2.0 * desired)
+        cap = tf.where(over, tf.minimum(tuning.step_size_max, law), tuning.step_size_max)
+        eps = tf.where(done, tf.minimum(eps * factor, cap), eps)
         tuning = _replace_if(
             in3,
             tuning,
             avg_error=tf.where(done, tf.zeros([], dtype), total),
             da_step=tf.where(done, tf.zeros([], dtype), count),
+            step_size_max=cap,
         )
         return eps, tuning
 

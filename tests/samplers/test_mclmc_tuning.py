@@ -65,15 +65,33 @@ def test_step_moves_by_the_eps6_law_per_window(kernel, dtype):
     assert steps[-1] == pytest.approx(0.5 / 4.0 ** (4.0 / 6.0))
 
 
-def test_step_change_is_clipped_per_window(kernel):
+def test_step_growth_is_clipped_per_window(kernel):
     assert _walk(kernel, ratio=1e-12)[7] == pytest.approx(2.0)
-    assert _walk(kernel, ratio=1e12)[7] == pytest.approx(0.125)
     assert _walk(kernel, ratio=1.0) == pytest.approx([0.5] * 30)
+
+
+def test_a_window_above_the_tolerance_caps_the_step(kernel):
+    """Above 2x the tolerance the step goes to its eps^6-law value at once (a cap for the
+    rest of warm-up), so a later window that happens to see small errors cannot take
+    it back up past a step measured too large."""
+    steps = _walk(kernel, ratio=1e12)
+    assert steps[7] == pytest.approx(0.5 * 1e-2)
+    _, end2, _ = kernel.stage_ends
+    results = kernel.bootstrap_results(tf.zeros([CHAINS, DIM], tf.float64))
+    tuning, eps = results.tuning, tf.constant(0.5, tf.float64)
+    check = tf.function(kernel._meet_tolerance, autograph=False)
+    ok = tf.fill([CHAINS], True)
+    for t in range(end2, end2 + 16):  # a window at 64x the tolerance, then one at 1e-6 x
+        ratio = 64.0 if t < end2 + 8 else 1e-6
+        error = tf.fill([CHAINS], tf.constant(np.sqrt(ratio * DESIRED * DIM), tf.float64))
+        eps, tuning = check(tf.constant(t), eps, error, ok, DIM, tuning)
+    assert float(eps) == pytest.approx(0.25)  # halved (64^(1/6) = 2), then held at the cap
 
 
 def test_non_finite_steps_count_as_large_errors(kernel):
     steps = _walk(kernel, ratio=0.0, finite=False)
-    assert steps[-1] == pytest.approx(0.5 / 4.0**4)
+    law = (DESIRED * DIM / 1000.0**2) ** (1.0 / 6.0)  # dE = MAX_ENERGY_ERROR
+    assert steps[-1] == pytest.approx(0.5 * law**4)
 
 
 def _tuned_run(model, data, desired, num_results, seed):
