@@ -758,12 +758,9 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         done = in3 & (((t - end2 + 1) % window == 0) | (t == end3 - 1))
         measured = total / count
         desired = _as_dtype(self._parameters["desired_energy_var"], dtype)
-        tiny = tf.constant(1e-30, dtype)
-        factor = tf.clip_by_value(
-            (desired / tf.maximum(measured, tiny)) ** (1.0 / 6.0),
-            1.0 / _MAX_STEP_CHANGE,
-            _MAX_STEP_CHANGE,
-        )
+        # the eps^6 law's factor to the step that meets the tolerance
+        law = (desired / tf.maximum(measured, tf.constant(1e-30, dtype))) ** (1.0 / 6.0)
+        factor = tf.clip_by_value(law, 1.0 / _MAX_STEP_CHANGE, _MAX_STEP_CHANGE)
         # The last window's step is kept unless it is too large: a larger one would go
         # unmeasured, and near the integrator's stability limit the eps^6 law breaks down.
         factor = tf.where(t == end3 - 1, tf.minimum(factor, tf.ones([], dtype)), factor)
@@ -771,9 +768,8 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         # its eps^6-law value: where the posterior's scale moves along the chain (sampled
         # hyperparameters under the prior metric) a short window can miss the large
         # errors of a step that was already measured too large once.
-        law = eps * (desired / tf.maximum(measured, tiny)) ** (1.0 / 6.0)
         over = done & (measured > 2.0 * desired)
-        cap = tf.where(over, tf.minimum(tuning.step_size_max, law), tuning.step_size_max)
+        cap = tf.where(over, tf.minimum(tuning.step_size_max, eps * law), tuning.step_size_max)
         eps = tf.where(done, tf.minimum(eps * factor, cap), eps)
         tuning = _replace_if(
             in3,
