@@ -16,6 +16,7 @@ import pytest
 import fieldhmc
 from fieldhmc import cli
 from fieldhmc.config import Config, dump_yaml
+from tests.cli_subprocess import run_bad_then_good
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 SUBCOMMANDS = ["simulate", "run", "resume", "diagnose", "plot", "config-schema", "validate"]
@@ -138,23 +139,7 @@ def test_validation_runs_before_tensorflow_import(tmp_path: Path) -> None:
     bad = _bad_config_file(tmp_path)
     good = CONFIGS_DIR / "quickstart.yaml"
     out = tmp_path / "out"
-    script = textwrap.dedent(
-        f"""
-        import sys
-        from fieldhmc import cli
-        assert "tensorflow" not in sys.modules, "importing the CLI loaded TensorFlow"
-        code = cli.main(["run", {str(bad)!r}, "--out", {str(out)!r}])
-        assert code == 2, code
-        code = cli.main(["validate", {str(good)!r}])
-        assert code == 0, code
-        loaded = sorted(name for name in sys.modules if name.split(".")[0] == "tensorflow")
-        assert not loaded, loaded
-        print("no-tensorflow")
-        """
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
-    )
+    result = run_bad_then_good(bad, good, out)
     assert result.returncode == 0, result.stderr
     assert "no-tensorflow" in result.stdout
     assert result.stderr.strip().splitlines() == [

@@ -4,15 +4,13 @@ one line naming the key, exit 2, before TensorFlow."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from fieldhmc import cli
 from fieldhmc.config import config_from_dict, dump_yaml, load_config
+from tests.cli_subprocess import run_bad_then_good
 
 ROOT = Path(__file__).resolve().parents[1]
 GALAXY = ROOT / "configs" / "galaxy_clustering_64.yaml"
@@ -210,22 +208,7 @@ def test_bad_galaxy_config_before_tensorflow(tmp_path) -> None:
     path = tmp_path / "bad.yaml"
     model, expected = BAD["omega_m_prior_low_reaches_omega_b"]
     path.write_text(dump_yaml({"model": model}))
-    script = textwrap.dedent(
-        f"""
-        import sys
-        from fieldhmc import cli
-        code = cli.main(["run", {str(path)!r}, "--out", {str(tmp_path / "out")!r}])
-        assert code == 2, code
-        code = cli.main(["validate", {str(GALAXY)!r}])
-        assert code == 0, code
-        loaded = sorted(n for n in sys.modules if n.split(".")[0] == "tensorflow")
-        assert not loaded, loaded
-        print("no-tensorflow")
-        """
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
-    )
+    result = run_bad_then_good(path, GALAXY, tmp_path / "out")
     assert result.returncode == 0, result.stderr
     assert "no-tensorflow" in result.stdout
     assert result.stderr.strip().splitlines()[0].startswith(f"config error: {expected}")
