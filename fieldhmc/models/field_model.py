@@ -122,8 +122,6 @@ PARAMETRIZATIONS: tuple[str, ...] = ("noncentred", "centred")
 CONDITIONAL_PARAMETRIZATIONS: tuple[str, ...] = ("conditional", "conditional_scale")
 INIT_KINDS: tuple[str, ...] = ("prior", "zeros", "wiener")
 _LOG_2PI = math.log(2.0 * math.pi)
-#: Where :meth:`FieldModel._surrogate` keeps its result in the ``hp`` dict of one evaluation.
-_SURROGATE_KEY = "_surrogate"
 
 
 class FieldModel(abc.ABC):
@@ -410,16 +408,9 @@ class FieldModel(abc.ABC):
     def _surrogate(self, hp, c) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """float64 ``(s, R, q)`` per mode, ``q = s R^2 \\bar W`` (all 0 at ``k = 0``):
         :math:`w = s / (1 + q)`, :math:`\\ln w - \\ln s = -\\ln(1 + q)`."""
-        cached = hp.get(_SURROGATE_KEY)
-        if cached is not None:
-            return cached
         s = self._signal_variance(hp, c)
         r = self._linear_response(hp, c)
         q = s * tf.square(r) * c["noise_precision"]
-        if isinstance(hp, dict):
-            # one evaluation reads it twice (the prior and the modes); XLA does not merge
-            # the two copies' while loops (a sampled Omega_m's growth integration)
-            hp[_SURROGATE_KEY] = (s, r, q)
         return s, r, q
 
     def _in_support(self, hp) -> tf.Tensor | None:
