@@ -13,7 +13,11 @@ under ``tf.function(jit_compile=True)``, float32, timed round-robin in one proce
 * ``lpt_rsd``: 2LPT + RSD + CIC only (no bias, no deconvolution): the matter field in
   redshift space;
 * ``zel``: :class:`fieldhmc.models.ZeldovichForward` from the modes (1LPT + CIC, the
-  existing model) for scale.
+  existing model) for scale;
+* ``wired_<parametrisation>``: the whole log posterior of ``configs/galaxy_clustering_64.yaml``
+  at this grid (E&H power at the sampled :math:`\Omega_m, \sigma_8`, the model above,
+  the shot-noise likelihood, the priors; ``conditional`` as shipped, and ``noncentred``),
+  value and gradient with respect to every latent: what one sampler gradient costs.
 
 ``ffts`` counts the single-field 3D transforms per chain in the compiled (optimised) HLO
 of each gradient, forward + backward, halved: **FFT pairs per gradient**, independent of
@@ -53,6 +57,40 @@ def count_fft_fields(hlo: str, num_chains: int) -> dict[str, int]:
         sizes = [int(s) for s in dims.split(",")]
         out[kind] += int(np.prod(sizes[:-3])) // num_chains
     return out
+
+
+def wired_programs(n: int, num_chains: int) -> dict:
+    """The shipped galaxy config's whole log posterior at ``n``^3, per parametrisation:
+    ``{name: (compiled value+gradient of the latents, its arguments)}``."""
+    from fieldhmc import config as cfg
+    from fieldhmc import workflow
+    from fieldhmc.samplers import stateless_seed
+
+    path = os.path.join(os.path.dirname(__file__), "..", "configs", "galaxy_clustering_64.yaml")
+    out = {}
+    for parametrisation in ("conditional", "noncentred"):
+        config = cfg.load_config(
+            path, [f"grid.shape=[{n},{n},{n}]", f"model.parametrisation={parametrisation}"]
+        )
+        model = workflow.build_model(config)
+        target = model.target_log_prob_fn(np.asarray(workflow.obtain_data(config, model).data))
+        latents = [
+            tf.constant(v) for v in model.init_latents("prior", num_chains, seed=stateless_seed(1))
+        ]
+
+        out[f"wired_{parametrisation}"] = (_value_and_gradient(target), latents)
+    return out
+
+
+def _value_and_gradient(target):
+    @tf.function(jit_compile=True)
+    def vg(*x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            lp = tf.reduce_sum(target(*x))
+        return lp, tape.gradient(lp, x)
+
+    return vg
 
 
 def bench(n: int, repeats: int, num_chains: int) -> dict[str, float]:
@@ -98,6 +136,10 @@ def bench(n: int, repeats: int, num_chains: int) -> dict[str, float]:
         hlo = fn.experimental_get_compiler_ir(modes, r, p)(stage="optimized_hlo")
         c = count_fft_fields(hlo, num_chains)
         counts[name] = (c["RFFT"] + c["IRFFT"]) / 2
+    for name, (fn, latents) in wired_programs(n, num_chains).items():
+        fns[name] = lambda fn=fn, x=latents: fn(*x)[0].numpy()
+        c = count_fft_fields(fn.experimental_get_compiler_ir(*latents)(stage="optimized_hlo"), 1)
+        counts[name] = (c["RFFT"] + c["IRFFT"]) / 2 / num_chains
     times = median_seconds(fns, repeats)
     return {
         **{f"ms_{k}": 1e3 * v for k, v in times.items()},
@@ -111,7 +153,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--chains", type=int, default=1)
     args = parser.parse_args(argv)
-    cols = ["full", "modes_out", "lpt_rsd", "zel"]
+    cols = ["full", "modes_out", "lpt_rsd", "zel", "wired_conditional", "wired_noncentred"]
     print(
         f"2LPT + RSD + Lagrangian bias + CIC, value+gradient (modes and 8 parameters), "
         f"{args.chains} chain(s), float32, XLA; time in pairs (irfft3d + rfft3d), "
