@@ -15,7 +15,7 @@ under ``tf.function(jit_compile=True)``, float32, timed round-robin in one proce
 * ``zel``: :class:`fieldhmc.models.ZeldovichForward` from the modes (1LPT + CIC, the
   existing model) for scale;
 * ``wired_<parametrisation>``: the whole log posterior of ``configs/galaxy_clustering_64.yaml``
-  at this grid (E&H power at the sampled :math:`\Omega_m, \sigma_8`, the model above,
+  at this grid (E&H power at the sampled :math:`\\Omega_m, \\sigma_8`, the model above,
   the shot-noise likelihood, the priors; ``conditional`` as shipped, and ``noncentred``),
   value and gradient with respect to every latent: what one sampler gradient costs.
 
