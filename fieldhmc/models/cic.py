@@ -253,11 +253,17 @@ def _readout(field, components, grid_shape):
     return readout(field, *components)
 
 
-def cic_paint_lattice(displacement, weights=None) -> tf.Tensor:
-    """Paint one particle per cell, moved from its cell centre by ``displacement``.
+def cic_paint_lattice(displacement, weights=None, offset: float = 0.0) -> tf.Tensor:
+    """Paint one particle per cell, moved from its lattice site by ``displacement``.
 
     .. math:: \\rho_c = \\sum_{\\mathbf q} m_{\\mathbf q}\\,
-        W_c\\bigl(\\mathbf q + \\Psi(\\mathbf q)\\bigr)
+        W_c\\bigl(\\mathbf q + o + \\Psi(\\mathbf q)\\bigr)
+
+    With ``offset`` :math:`o = 0` the sites are the grid nodes, where :math:`W_c` has its
+    kink: the painted field is then only piecewise linear in small displacements
+    (``rho(eps psi) - 1 != -(rho(-eps psi) - 1)``), so a log density through it has a
+    discontinuous gradient wherever a displacement component changes sign. With
+    :math:`o = 1/2` (sites between nodes) it is smooth until a particle moves half a cell.
 
     Parameters
     ----------
@@ -267,6 +273,8 @@ def cic_paint_lattice(displacement, weights=None) -> tf.Tensor:
     weights : tf.Tensor or None
         ``[batch, n0, n1, n2]`` particle masses :math:`m_{\\mathbf q}` (same dtype), or
         ``None`` for 1.
+    offset : float
+        The sites' offset from the nodes along every axis, in cells.
 
     Returns
     -------
@@ -280,7 +288,7 @@ def cic_paint_lattice(displacement, weights=None) -> tf.Tensor:
     dtype = displacement.dtype
     grid_shape = tuple(int(n) for n in displacement.shape[2:])
     batch = tf.shape(displacement)[0]
-    q = [tf.range(n, dtype=dtype) for n in grid_shape]
+    q = [tf.range(n, dtype=dtype) + tf.constant(offset, dtype) for n in grid_shape]
     q = (q[0][:, None, None], q[1][None, :, None], q[2][None, None, :])
     components = [tf.reshape(q[a] + displacement[:, a], [batch, -1]) for a in range(3)]
     if weights is not None:

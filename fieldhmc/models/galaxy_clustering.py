@@ -80,8 +80,11 @@ class GalaxyClusteringForward:
         fiducial value of a sampled one).
     fixed : FixedCosmology
         :math:`\\Omega_b` (the lower bound of :math:`\\Omega_m`).
-    order, rsd, los_axis, bias, deconvolve
-        As :class:`~fieldhmc.models.LPTGalaxyForward`.
+    order, rsd, los_axis, bias, deconvolve, lattice_offset
+        As :class:`~fieldhmc.models.LPTGalaxyForward`; the particles start half a cell
+        from the nodes (``lattice_offset=0.5``), so that the target is differentiable at
+        small displacements (on the nodes a chain's gradient jumps wherever a particle's
+        displacement changes sign; see ``benchmarks/README.md``, issue 29).
     b1, b2, bs2, bnabla2 : float
         Fixed Lagrangian biases (``bias="lagrangian"``; :math:`b_{\\nabla^2}` in
         (Mpc/h)²; 0 skips its term and its transform).
@@ -110,6 +113,7 @@ class GalaxyClusteringForward:
         los_axis: int = -1,
         bias: str | None = "lagrangian",
         deconvolve: bool = True,
+        lattice_offset: float = 0.5,
         b1: float = 0.0,
         b2: float = 0.0,
         bs2: float = 0.0,
@@ -118,7 +122,13 @@ class GalaxyClusteringForward:
     ):
         check_cosmology(omega_m, None, a_obs, fixed.omega_b)
         self.lpt = LPTGalaxyForward(
-            grid, order=order, rsd=rsd, los_axis=los_axis, bias=bias, deconvolve=deconvolve
+            grid,
+            order=order,
+            rsd=rsd,
+            los_axis=los_axis,
+            bias=bias,
+            deconvolve=deconvolve,
+            lattice_offset=lattice_offset,
         )
         self.grid = grid
         self.a_obs = float(a_obs)
@@ -249,5 +259,6 @@ class GalaxyClusteringForward:
             f"GalaxyClusteringForward(grid={self.grid}, a_obs={self.a_obs}, "
             f"omega_m={self.omega_m}, order={self.lpt.order}, rsd={self.lpt.rsd}, "
             f"los_axis={self.lpt.los_axis}, bias={self.lpt.bias!r}, "
-            f"deconvolve={self.lpt.deconvolve}, biases={self.biases})"
+            f"deconvolve={self.lpt.deconvolve}, lattice_offset={self.lpt.lattice_offset}, "
+            f"biases={self.biases})"
         )

@@ -19,6 +19,7 @@ Cost from the modes (``from_modes``), transforms forward (as many backward): 2LP
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from fieldhmc.models.cic import cic_deconvolve, cic_paint_lattice
@@ -27,9 +28,21 @@ from fieldhmc.models.lagrangian_bias import lagrangian_bias_weights
 from fieldhmc.models.lpt import LagrangianPerturbation, LPTFields
 from fieldhmc.models.rsd import kaiser_factor, line_of_sight, redshift_space_growth
 
-__all__ = ["BIAS_KINDS", "LPTGalaxyForward"]
+__all__ = ["BIAS_KINDS", "LPTGalaxyForward", "half_cell_phase"]
 
 BIAS_KINDS = (None, "lagrangian")
+
+
+def half_cell_phase(freqs: np.ndarray, offset: float) -> np.ndarray:
+    """Per-axis factor :math:`e^{2\\pi i\\, o f}` that translates a field by ``-offset``
+    cells (``freqs`` in cycles per cell); on the Nyquist frequency (:math:`|f| = 1/2`)
+    its real part :math:`\\cos(\\pi o)`, the same for :math:`\\pm f` (0 for a half cell:
+    :math:`\\cos \\pi(q + \\tfrac12) = 0` on the lattice)."""
+    freqs = np.asarray(freqs, np.float64)
+    nyquist = np.abs(freqs) == 0.5
+    return np.where(
+        nyquist, np.cos(2 * np.pi * offset * freqs), np.exp(2j * np.pi * offset * freqs)
+    )
 
 
 class LPTGalaxyForward:
@@ -48,6 +61,16 @@ class LPTGalaxyForward:
         ``None``: unit weights (the matter field).
     deconvolve : bool
         Divide the painted field's modes by the CIC window.
+    lattice_offset : {0.0, 0.5}
+        Where the particles start, in cells from the grid nodes along every axis
+        (:func:`~fieldhmc.models.cic.cic_paint_lattice`). With 0.5 they start between the
+        nodes, where the CIC kernel is smooth, and the linear field (displacement and
+        bias weights) is evaluated there: the input modes are multiplied by the half-cell
+        shift :math:`e^{i\\pi \\sum_a m_a / n_a}` (signed frequencies :math:`m_a`), which
+        cancels the shift of the painted field at every mode off the Nyquist planes (on
+        them the linear field at the sites is 0: :func:`half_cell_phase`). With 0 (the
+        nodes) the painted field has a kink at zero displacement: it is not differentiable
+        there, and its response to a small field is not the Kaiser factor.
 
     Notes
     -----
@@ -68,7 +91,10 @@ class LPTGalaxyForward:
         los_axis: int = -1,
         bias: str | None = "lagrangian",
         deconvolve: bool = True,
+        lattice_offset: float = 0.0,
     ):
+        if lattice_offset not in (0.0, 0.5):
+            raise ValueError(f"lattice_offset must be 0 or 0.5, got {lattice_offset!r}")
         if order not in (1, 2):
             raise ValueError(f"order must be 1 or 2, got {order!r}")
         if bias not in BIAS_KINDS:
@@ -80,6 +106,7 @@ class LPTGalaxyForward:
         self.los_axis = line_of_sight(los_axis)
         self.bias = bias
         self.deconvolve = bool(deconvolve)
+        self.lattice_offset = float(lattice_offset)
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
@@ -94,7 +121,8 @@ class LPTGalaxyForward:
     def __repr__(self) -> str:
         return (
             f"LPTGalaxyForward(grid={self.grid}, order={self.order}, rsd={self.rsd}, "
-            f"los_axis={self.los_axis}, bias={self.bias!r}, deconvolve={self.deconvolve})"
+            f"los_axis={self.los_axis}, bias={self.bias!r}, deconvolve={self.deconvolve}, "
+            f"lattice_offset={self.lattice_offset})"
         )
 
     def linear_response(self, *, growth1, rate1=None, b1=0.0, dtype=tf.float64, **_):
@@ -139,6 +167,8 @@ class LPTGalaxyForward:
             real ``[chains, n0, n1, n2]`` (or complex modes), the real dtype of ``modes``.
         """
         modes = tf.convert_to_tensor(modes)
+        if self.lattice_offset:
+            modes = self._shift_to_sites(modes)
         if self.order == 2 and growth2 is None:
             raise ValueError("order 2 needs growth2")
         if self.rsd and (rate1 is None or (self.order == 2 and rate2 is None)):
@@ -157,10 +187,21 @@ class LPTGalaxyForward:
         weights = None
         if self.bias == "lagrangian":
             weights = lagrangian_bias_weights(self.lpt, fields, growth1, b1, b2, bs2, bnabla2)
-        galaxies = cic_paint_lattice(disp, weights) - 1.0
+        galaxies = cic_paint_lattice(disp, weights, self.lattice_offset) - 1.0
         if self.deconvolve:
             return cic_deconvolve(galaxies, return_modes=return_modes)
         return tf.signal.rfft3d(galaxies, self.grid.grid_shape) if return_modes else galaxies
+
+    def _shift_to_sites(self, modes: tf.Tensor) -> tf.Tensor:
+        """``modes`` of the field translated by ``-lattice_offset`` cells (its values at the
+        particles' sites on the nodes), three 1-D phase factors (no grid constant)."""
+        n0, n1, n2 = self.grid.grid_shape
+        freqs = (np.fft.fftfreq(n0), np.fft.fftfreq(n1), np.fft.rfftfreq(n2))
+        with tf.init_scope():  # eager, captured as arguments (see cic_deconvolve)
+            phase = [
+                tf.constant(half_cell_phase(f, self.lattice_offset), modes.dtype) for f in freqs
+            ]
+        return modes * phase[0][:, None, None] * phase[1][None, :, None] * phase[2][None, None, :]
 
     def __call__(self, delta, **params) -> tf.Tensor:
         """:meth:`from_modes` of ``rfft3d(delta)`` (``delta`` real ``[chains, n0, n1, n2]``)."""

@@ -161,6 +161,23 @@ def test_forward_growth_follows_the_sampled_omega_m():
     np.testing.assert_allclose(s, want * grid.num_cells / grid.volume, rtol=1e-12)
 
 
+def test_forward_is_differentiable_at_the_initial_lattice():
+    """Issue 29: the galaxy model's particles start half a cell off the nodes, so its
+    response to a small field is linear (odd in eps) and the target's gradient has no
+    jump where a displacement changes sign. From the nodes (lattice_offset=0) the even
+    part was 0.4 of the odd one at every amplitude, and the chains' step size collapsed
+    (benchmarks/README.md)."""
+    grid = models.Grid(SHAPE, BOX)
+    forward = GalaxyClusteringForward(
+        grid, los_axis=2, b1=1.0, b2=0.5, bs2=-0.5, num_growth_steps=STEPS
+    )
+    delta = tf.random.stateless_normal([1, *SHAPE], [4, 5], dtype=tf.float64)
+    for eps in (1e-3, 1e-6):
+        plus, minus = forward(eps * delta).numpy(), forward(-eps * delta).numpy()
+        even, odd = np.linalg.norm(plus + minus), np.linalg.norm(plus - minus)
+        assert even < 10 * eps * odd, (eps, even / odd)
+
+
 def test_growth_table_interpolates_the_integration():
     """The cubic Hermite table of D1, D2, f1, f2 in Omega_m against growth_factors (the
     same integration) off the nodes, ends included, and its derivative against central
