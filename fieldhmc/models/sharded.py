@@ -301,7 +301,8 @@ class ShardedGaussianTarget:
         """The model's latents (``latent_names`` order, float64 host arrays) of host
         draws of this target's parts: :math:`u = \\sigma_u v` and :meth:`model_latent`."""
         *hyper, xi = (np.asarray(p) for p in parts)
-        out = [v.astype(np.float64) * scale for v, scale in zip(hyper, self.hyper_scales, strict=True)]
+        scales = self.hyper_scales
+        out = [v.astype(np.float64) * scale for v, scale in zip(hyper, scales, strict=True)]
         return [*out, self.model_latent(xi)]
 
     def state_from_model(self, latents) -> list[np.ndarray]:

@@ -514,10 +514,13 @@ class MeshChunkRunner:
         The log density on the mesh (or on plain tensors, ``target.mesh = None``:
         the single-device reference).
     settings : SamplerSettings
-        ``kind`` ``"hmc"``, ``"mclmc"`` or ``"mams"``; no jitter, no diagonal
-        adaptation. ``hmc``: :func:`make_hmc_transition`, the step size adapted during
-        warm-up by dual averaging toward ``target_accept_prob`` (as the single-device
-        ``hmc``: TFP's ``DualAveragingStepSizeAdaptation``), ``num_leapfrog_steps`` fixed.
+        ``kind`` ``"hmc"``, ``"mclmc"`` or ``"mams"``; no diagonal adaptation.
+        ``hmc`` (also with a jittered leapfrog count and with sampled hyperparameters:
+        the state is then the target's parts, ``[chains]`` each before the field, and
+        their model latents are traced as scalars): :func:`make_hmc_transition`, the step
+        size adapted during warm-up by dual averaging toward ``target_accept_prob`` (as the
+        single-device ``hmc``: TFP's ``DualAveragingStepSizeAdaptation``),
+        ``num_leapfrog_steps`` fixed (or, jittered, drawn per transition).
         ``mclmc`` / ``mams``: :class:`fieldhmc.samplers.sharded_mclmc.ShardedMicrocanonical`,
         the kernels of :mod:`fieldhmc.samplers.mclmc` with their staged tuners (step
         size and ``L``) during warm-up; ``step_size``, ``trajectory_length``,
@@ -614,7 +617,9 @@ class MeshChunkRunner:
         for name, p in zip(names, parts, strict=True):
             expected = self._shape if name == "field" else self._shape[:1]
             if p.shape != expected:
-                raise ValueError(f"initial state of {name!r} has shape {p.shape}, expected {expected}")
+                raise ValueError(
+                    f"initial state of {name!r} has shape {p.shape}, expected {expected}"
+                )
             if not np.all(np.isfinite(p)):
                 raise ValueError(f"initial state of {name!r} contains NaN or Inf")
         parts = [p.astype(np_dtype) for p in parts]
