@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from fieldhmc.samplers import kinds
 
-__all__ = ["MESH_HYPER_KINDS", "MESH_KINDS", "MESH_PRECONDITIONERS", "mesh_support"]
+__all__ = ["MESH_KINDS", "MESH_PRECONDITIONERS", "mesh_support"]
 
 #: Sampler kinds with a mesh transition (fieldhmc.samplers.sharded / sharded_mclmc).
 MESH_KINDS = kinds.names_where(lambda k: k.runs_on_mesh)
 #: Fourier-diagonal metrics the mesh target applies as a map of its white-noise latent.
 MESH_PRECONDITIONERS = ("identity", "prior", "posterior")
 _GAUSSIAN_LIKELIHOODS = ("gaussian", "masked_gaussian")
-#: Kinds whose mesh transition takes hyperparameter parts next to the field.
-MESH_HYPER_KINDS = ("hmc",)
 
 
 def mesh_support(
@@ -50,8 +48,8 @@ def mesh_support(
     forward_model : bool
         A forward model between the field and the data (not the identity).
     sampled_hyperparameters : bool
-        Any power-spectrum hyperparameter sampled with the field (kinds
-        :data:`MESH_HYPER_KINDS`).
+        Any power-spectrum hyperparameter sampled with the field (supported: parts
+        ``[chains]`` of the state next to the sharded field).
     parametrisation : str
         ``model.parametrisation``.
 
@@ -60,7 +58,7 @@ def mesh_support(
     str or None
         One line naming the setting and why it does not run on a mesh.
     """
-    del jitter_leapfrog  # supported
+    del jitter_leapfrog, sampled_hyperparameters  # supported
     spec = kinds.get(kind)
     problems = [
         (
@@ -87,12 +85,6 @@ def mesh_support(
             bool(forward_model),
             "model.forward: the mesh target implements the identity forward model only"
             " (the LPT/bias/RSD building blocks have no slab-sharded version)",
-        ),
-        (
-            bool(sampled_hyperparameters) and spec.runs_on_mesh and kind not in MESH_HYPER_KINDS,
-            f"sampled hyperparameters with sampler.kind={kind}: the mesh's microcanonical"
-            " transition and tuner run on the field alone (hyperparameter parts next to the"
-            f" sharded field are implemented for {', '.join(MESH_HYPER_KINDS)})",
         ),
         (
             parametrisation != "noncentred",

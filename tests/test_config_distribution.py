@@ -113,19 +113,20 @@ def _with_hyperparameters(kind: str = "hmc", **sections) -> dict:
     return raw
 
 
+@pytest.mark.parametrize("kind", ["hmc", "mclmc", "mams"])
 @pytest.mark.parametrize("preconditioner", ["identity", "prior", "posterior"])
-def test_distribution_takes_sampled_hyperparameters_with_hmc(preconditioner):
-    raw = _with_hyperparameters(sampler__preconditioner=preconditioner)
+def test_distribution_takes_sampled_hyperparameters(kind, preconditioner):
+    raw = _with_hyperparameters(kind, sampler__preconditioner=preconditioner)
     config = config_from_dict(raw, ROOT)
     assert config.model.samples_power and config.distribution.mesh == (4,)
 
 
-@pytest.mark.parametrize("kind", ["mclmc", "mams"])
-def test_distribution_refuses_sampled_hyperparameters_with_microcanonical_kinds(kind):
+def test_distribution_refuses_the_conditional_parametrisation_with_sampled_hyperparameters():
+    raw = _with_hyperparameters(model__parametrisation="conditional")
     with pytest.raises(ConfigError) as info:
-        config_from_dict(_with_hyperparameters(kind), ROOT)
+        config_from_dict(raw, ROOT)
     text = str(info.value)
-    assert f"not on a mesh: sampled hyperparameters with sampler.kind={kind}" in text
+    assert "not on a mesh: model.parametrisation=conditional" in text
     assert "\n" not in text
 
 

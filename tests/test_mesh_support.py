@@ -26,14 +26,6 @@ def test_supported_combinations(kind, preconditioner):
         ({"kind": "hmc", "step_size_jitter": 0.1}, "sampler.step_size_jitter"),
         ({"kind": "mams", "likelihood": "poisson"}, "model.likelihood.kind=poisson"),
         ({"kind": "hmc", "forward_model": True}, "model.forward"),
-        (
-            {"kind": "mclmc", "sampled_hyperparameters": True},
-            "sampled hyperparameters with sampler.kind=mclmc",
-        ),
-        (
-            {"kind": "mams", "sampled_hyperparameters": True},
-            "sampled hyperparameters with sampler.kind=mams",
-        ),
         ({"kind": "hmc", "parametrisation": "centred"}, "model.parametrisation=centred"),
     ],
 )
@@ -43,18 +35,13 @@ def test_refusals_are_one_line_naming_the_setting(kwargs, named):
     assert named in reason and reason.startswith("not on a mesh: ")
 
 
+@pytest.mark.parametrize("kind", ["hmc", "mclmc", "mams"])
 @pytest.mark.parametrize("preconditioner", ["identity", "prior", "posterior"])
-def test_hmc_takes_sampled_hyperparameters(preconditioner):
-    for jitter in (False, True):
-        reason = mesh_support(
-            "hmc",
-            preconditioner=preconditioner,
-            jitter_leapfrog=jitter,
-            sampled_hyperparameters=True,
-        )
-        assert reason is None
+def test_the_mesh_kinds_take_sampled_hyperparameters(kind, preconditioner):
+    reason = mesh_support(kind, preconditioner=preconditioner, sampled_hyperparameters=True)
+    assert reason is None
     # the conditional parametrisation is still refused, naming it
-    reason = mesh_support("hmc", sampled_hyperparameters=True, parametrisation="conditional")
+    reason = mesh_support(kind, sampled_hyperparameters=True, parametrisation="conditional")
     assert "model.parametrisation=conditional" in reason
 
 

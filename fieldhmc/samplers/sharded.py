@@ -38,7 +38,6 @@ References
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -57,6 +56,7 @@ from fieldhmc.samplers.counter_random import (
     base_key,
     global_index,
     index_normal,
+    scalar_part_indices,
     seed_int,
     splitmix64,
     step_key,
@@ -76,7 +76,7 @@ from fieldhmc.samplers.kinds import default_target_accept_prob
 from fieldhmc.samplers.kinds.families import MicrocanonicalKind
 from fieldhmc.samplers.reductions import host as _host
 from fieldhmc.samplers.reductions import replicate as _replicate
-from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonical, ShardedMicrocanonicalResults
+from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonical
 
 __all__ = [
     "ShardedFieldOutputs",
@@ -141,14 +141,8 @@ def make_hmc_transition(
         raise ValueError(f"num_leapfrog_steps must be >= 1, got {num_leapfrog_steps}")
     shape = tuple(int(n) for n in shape)
     chains = shape[0]
-    chain_range = np.arange(chains, dtype=np.uint64)
-    chain_index = _replicate(chain_range, mesh)
-    first = np.uint64(math.prod(shape))  # past the field's indices
-    indices = [
-        _replicate(first + np.uint64(j * chains) + chain_range, mesh)
-        for j in range(num_scalar_parts)
-    ]
-    indices.append(global_index(shape, mesh))
+    chain_index = _replicate(np.arange(chains, dtype=np.uint64), mesh)
+    indices = [*scalar_part_indices(shape, num_scalar_parts, mesh), global_index(shape, mesh)]
 
     def kinetic(ps):
         # the field's sum first: without scalar parts the energy is what it always was
@@ -559,9 +553,10 @@ class MeshChunkRunner:
         self._value_and_gradients = tf.function(target.value_and_gradients, autograph=False)
         self._micro = None
         if isinstance(settings.sampler_kind, MicrocanonicalKind):
+            hyper = len(target.hyper_names)
             self._micro = ShardedMicrocanonical(
                 settings.kind,
-                target.value_and_gradient,
+                target.value_and_gradients if hyper else target.value_and_gradient,
                 self._shape,
                 dtype,
                 self.mesh,
@@ -573,6 +568,7 @@ class MeshChunkRunner:
                 target_accept_prob=settings.target_accept_prob
                 or default_target_accept_prob(settings.kind),
                 random=random,
+                num_scalar_parts=hyper,
             )
         else:
             if random != "counter":
@@ -602,7 +598,7 @@ class MeshChunkRunner:
         """The results' structure (for packing a checkpoint's arrays)."""
         del args
         if self._micro is not None:
-            return ShardedMicrocanonicalResults(*[0] * len(ShardedMicrocanonicalResults._fields))
+            return self._micro.template()
         return ShardedHMCResults(0, [0] * len(self.target.latent_names), 0, 0, 0)
 
     def scales_tensors(self, scales, dtype):
@@ -630,7 +626,7 @@ class MeshChunkRunner:
             raise ValueError("the log density is not finite at the initial state")
         fw = _zero_welford([self.target.grid_shape] if self.field_outputs else [()])
         if self._micro is not None:
-            results = self._micro.bootstrap(xs[0], lp, grads[0], self._carry.place)
+            results = self._micro.bootstrap(xs, lp, list(grads), self._carry.place)
         else:
             zero = np.zeros((), np.float64)
             step_size = np.asarray(self.settings.step_size, np.float64)
@@ -739,20 +735,21 @@ class MeshChunkRunner:
         chunk): the tuner runs on the host between the compiled transitions."""
         del scales, reference, delta  # identity metric; the log density is float64
         carry = self._carry
-        (x,) = carry.read("x")
-        chain = self._micro.start(x, carry.read("results"), seed.numpy())
+        chain = self._micro.start(carry.read("x"), carry.read("results"), seed.numpy())
         fw = carry.read("fw")
-        out = {name: [] for name in STAT_NAMES}
+        hypers = self.target.hyper_names
+        out = {name: [] for name in (*STAT_NAMES, *hypers)}
         stats = {name: [] for name in self._field_names()}
         fields = []
         first = int(start.numpy())
         for i in range(int(num_steps.numpy())):
             step = first + i
             values = self._micro.one_step(chain, step)
-            for name in STAT_NAMES:
-                out[name].append(values[name])
-            fw = self._field_step([chain.x], fw, step, stats, fields)
-        carry.assign("x", [chain.x])
+            values.update(zip(hypers, self._hyper_traces(chain.x), strict=True))
+            for name, trace in out.items():
+                trace.append(values[name])
+            fw = self._field_step(chain.x, fw, step, stats, fields)
+        carry.assign("x", list(chain.x))
         carry.assign("results", self._micro.results(chain, carry.place))
         carry.assign("fw", fw)
         bufs = {name: np.stack(v) for name, v in out.items()}

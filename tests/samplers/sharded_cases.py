@@ -605,6 +605,8 @@ def driver_mclmc_bias(mesh, masked: bool, desired_energy_var: float, num_results
 
 # --- sampled hyperparameters ---------------------------------------------------------------
 HYPER_SCALES = {"log_amplitude": 0.3, "index": 0.7}
+# (draws, warm-up) of the exact-posterior z-tests; mclmc: more draws (cheaper transitions)
+HYPER_RUNS = {"hmc": (400, 300), "mams": (300, 200), "mclmc": (1000, 200)}
 
 
 def _hyper_problem(masked: bool):
@@ -692,27 +694,32 @@ def _hyper_driver(model, data, mesh, settings, preconditioner="identity", scales
     return ShardedSampler(target, settings, outputs), target
 
 
-def hyper_driver_cases(mesh):
-    """A short jittered-HMC driver run with sampled (log A, n), 4 devices vs plain
-    tensors of one device (warm-up adapting the step size, chunks of 3), and a resume."""
+def hyper_driver_cases(mesh, kind="hmc"):
+    """A short driver run with sampled (log A, n), 4 devices vs plain tensors of one
+    device, and a resume: jittered HMC (4 warm-up steps adapting the step size, 4 draws,
+    chunks of 3, killed at steps 3 and 6), or mclmc / mams (12 tuning steps through every
+    stage of the tuner, 4 draws, chunks of 5, killed at 5 and 15)."""
     import tempfile
     from pathlib import Path
 
     from fieldhmc.samplers import SamplerSettings
 
     model, data = _hyper_problem(True)
-    settings = SamplerSettings(
-        kind="hmc",
-        num_chains=4,
-        num_burnin_steps=4,
-        num_results=4,
-        num_leapfrog_steps=3,
-        jitter_leapfrog=True,
-        step_size=0.1,
-        chunk_size=3,
-        field_thin=2,
-        seed=5,
-    )
+    if kind == "hmc":
+        settings = SamplerSettings(
+            kind="hmc",
+            num_chains=4,
+            num_burnin_steps=4,
+            num_results=4,
+            num_leapfrog_steps=3,
+            jitter_leapfrog=True,
+            step_size=0.1,
+            chunk_size=3,
+            field_thin=2,
+            seed=5,
+        )
+    else:
+        settings = _micro_settings(kind, field_thin=2)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         one, target = _hyper_driver(model, data, None, settings)
@@ -737,6 +744,7 @@ def hyper_driver_cases(mesh):
             for a, b in zip(s1.latent_state, s4.latent_state, strict=True)
         ],
         "max_hyper_trace_diff": float(max(np.max(np.abs(t1[n] - t4[n])) for n in hypers)),
+        "max_energy_error_diff": float(np.max(np.abs(t1["energy_error"] - t4["energy_error"]))),
         "hyper_moved": float(min(np.ptp(t1[n]) for n in hypers)),
         "hyper_trace_is_model_latent": bool(
             np.allclose(t4[hypers[0]][-1], s4.latent_state[0] * HYPER_SCALES[hypers[0]])
@@ -744,21 +752,26 @@ def hyper_driver_cases(mesh):
         "max_lp_diff": float(np.max(np.abs(t1["lp"] - t4["lp"]))),
         "max_power_rel": _max_rel(t4["power"], t1["power"]),
         "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
+        "tuned_1": s1.tuned,
+        "tuned_4": s4.tuned,
         "resume": {
             "interrupted_steps": [first, second],
             "complete": bool(sr.complete),
             "traces_identical": sorted(tr) == sorted(t4)
-            and all(np.array_equal(t4[k], tr[k]) for k in t4),
+            and all(np.array_equal(t4[k], tr[k], equal_nan=True) for k in t4),
             "fields_identical": all(np.array_equal(f4[k], fr[k]) for k in f4),
             "state_identical": all(
                 np.array_equal(a, b) for a, b in zip(s4.latent_state, sr.latent_state, strict=True)
             ),
+            "tuned_identical": sr.tuned == s4.tuned,
         },
     }
 
 
-def hyper_posterior_ztest(mesh, num_results=400, num_burnin=300, seed=11, model_fn=None):
-    """Jittered HMC on 4 devices with (log A, n) sampled next to the non-centred field
+def hyper_posterior_ztest(
+    mesh, kind="hmc", num_results=400, num_burnin=300, seed=11, model_fn=None
+):
+    """Jittered HMC (or mams) on 4 devices with (log A, n) sampled next to the non-centred field
     (8³ problem of ``test_conditional_posterior.py``, hyperparameters whitened by their
     prior widths, as the single-device non-centred metric): z-scores of theta's mean and
     variance and of every field coordinate's against the exact posterior
@@ -780,17 +793,22 @@ def hyper_posterior_ztest(mesh, num_results=400, num_burnin=300, seed=11, model_
     model, data = make_problem("noncentred")
     ref = QuadratureReference(data)
     sampled = model if model_fn is None else model_fn()
-    settings = SamplerSettings(
-        kind="hmc",
-        num_chains=4,
-        num_burnin_steps=num_burnin,
-        num_results=num_results,
-        num_leapfrog_steps=8,
-        jitter_leapfrog=True,
-        chunk_size=num_burnin + num_results,
-        field_thin=1,
-        seed=seed,
-    )
+    if kind == "hmc":
+        settings = SamplerSettings(
+            kind="hmc",
+            num_chains=4,
+            num_burnin_steps=num_burnin,
+            num_results=num_results,
+            num_leapfrog_steps=8,
+            jitter_leapfrog=True,
+            chunk_size=num_burnin + num_results,
+            field_thin=1,
+            seed=seed,
+        )
+    else:
+        settings = _micro_settings(
+            kind, num_burnin, num_results, num_burnin + num_results, seed=seed, field_thin=1
+        )
     scales = {n: sampled.hyper_latent_scale(n) for n in HYPERS}
     sampler, target = _hyper_driver(sampled, data, mesh, settings, scales=scales)
     latents = sampled.init_latents("prior", 4, seed=stateless_seed(1))
@@ -827,7 +845,10 @@ def results(slow: bool) -> dict:
         }
         results["microcanonical_unsharded"] = microcanonical_unsharded_cases()
         results["conservation"] = {"mams": conservation_ztest(mesh, "mams", "posterior")}
-        results["hyper_posterior"] = hyper_posterior_ztest(mesh)
+        results["hyper_driver"] = {"mclmc": hyper_driver_cases(mesh, "mclmc")}
+        results["hyper_posterior"] = {
+            kind: hyper_posterior_ztest(mesh, kind, *HYPER_RUNS[kind]) for kind in HYPER_RUNS
+        }
         results["posterior"] = {
             f"{kind}-{m}": driver_wiener_ztest(mesh, m == "masked", 400, kind, "posterior")
             for kind in ("hmc", "mams")
@@ -842,7 +863,10 @@ def results(slow: bool) -> dict:
             "conservation": {
                 "hmc-jitter": conservation_ztest(mesh, "hmc", "posterior", jitter=True)
             },
-            "hyper": {"target": hyper_target_cases(mesh), "driver": hyper_driver_cases(mesh)},
+            "hyper": {
+                "target": hyper_target_cases(mesh),
+                "driver": {kind: hyper_driver_cases(mesh, kind) for kind in ("hmc", "mams")},
+            },
         }
     return results
 
