@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from fieldhmc.samplers import kinds
 
-__all__ = ["MESH_KINDS", "MESH_PRECONDITIONERS", "mesh_support"]
+__all__ = ["MESH_KINDS", "MESH_PARAMETRISATIONS", "MESH_PRECONDITIONERS", "mesh_support"]
 
 #: Sampler kinds with a mesh transition (fieldhmc.samplers.sharded / sharded_mclmc).
 MESH_KINDS = kinds.names_where(lambda k: k.runs_on_mesh)
 #: Fourier-diagonal metrics the mesh target applies as a map of its white-noise latent.
 MESH_PRECONDITIONERS = ("identity", "prior", "posterior")
 _GAUSSIAN_LIKELIHOODS = ("gaussian", "masked_gaussian")
+#: Latents the mesh target maps to the field per Fourier mode (white-noise latents).
+MESH_PARAMETRISATIONS = ("noncentred", "conditional", "conditional_scale")
 
 
 def mesh_support(
@@ -87,9 +89,10 @@ def mesh_support(
             " (the LPT/bias/RSD building blocks have no slab-sharded version)",
         ),
         (
-            parametrisation != "noncentred",
-            f"model.parametrisation={parametrisation}: the mesh target's latent is the"
-            " non-centred white noise",
+            parametrisation not in MESH_PARAMETRISATIONS,
+            f"model.parametrisation={parametrisation}: the mesh target's latent is white noise"
+            f" ({', '.join(MESH_PARAMETRISATIONS)}); the centred latent's prior is a"
+            " convolution in real space (not implemented)",
         ),
     ]
     for bad, reason in problems:

@@ -968,13 +968,18 @@ def _distribution_note(config: cfg.Config) -> dict:
     dist = config.distribution
     if dist is None:
         return {}
+    latent = "real-space white noise xi, delta = irfft(sqrt(P(k)) rfft(xi))"
+    if config.model.parametrisation != "noncentred":
+        latent = "real-space xi, delta = irfft(mu + sqrt(w) rfft(xi)) (conditional)"
+    if config.model.samples_power:
+        latent += ", the sampled hyperparameters replicated on every device"
     return {
         "distribution": {
             "mesh": list(dist.mesh),
             "devices": dist.devices,
             "layout": "x-slabs: each device holds n0/P planes of x, momentum and gradient",
-            "latent": "real-space white noise xi, delta = irfft(sqrt(P(k)) rfft(xi)) "
-            "(fieldhmc.models.sharded); the traced modes and field draws are of delta",
+            "latent": f"{latent} (fieldhmc.models.sharded); the traced modes and field draws "
+            "are of delta",
             "field_statistics": "per draw on the mesh with the sharded rfft3d (power, "
             "tracked modes, running mean/variance); stored draws gathered to the host",
             "checkpoint": "state, gradient and field moments gathered to host NumPy "

@@ -121,13 +121,13 @@ def test_distribution_takes_sampled_hyperparameters(kind, preconditioner):
     assert config.model.samples_power and config.distribution.mesh == (4,)
 
 
-def test_distribution_refuses_the_conditional_parametrisation_with_sampled_hyperparameters():
-    raw = _with_hyperparameters(model__parametrisation="conditional")
-    with pytest.raises(ConfigError) as info:
-        config_from_dict(raw, ROOT)
-    text = str(info.value)
-    assert "not on a mesh: model.parametrisation=conditional" in text
-    assert "\n" not in text
+@pytest.mark.parametrize("parametrisation", ["conditional", "conditional_scale"])
+def test_distribution_takes_the_conditional_parametrisations(parametrisation):
+    raw = _with_hyperparameters(
+        model__parametrisation=parametrisation, sampler__preconditioner="posterior"
+    )
+    config = config_from_dict(raw, ROOT)
+    assert config.model.parametrisation == parametrisation
 
 
 def _fieldhmc(*args: str) -> subprocess.CompletedProcess:

@@ -40,9 +40,9 @@ def test_refusals_are_one_line_naming_the_setting(kwargs, named):
 def test_the_mesh_kinds_take_sampled_hyperparameters(kind, preconditioner):
     reason = mesh_support(kind, preconditioner=preconditioner, sampled_hyperparameters=True)
     assert reason is None
-    # the conditional parametrisation is still refused, naming it
-    reason = mesh_support(kind, sampled_hyperparameters=True, parametrisation="conditional")
-    assert "model.parametrisation=conditional" in reason
+    for parametrisation in ("conditional", "conditional_scale"):
+        reason = mesh_support(kind, sampled_hyperparameters=True, parametrisation=parametrisation)
+        assert reason is None
 
 
 def test_mesh_support_does_not_import_tensorflow():

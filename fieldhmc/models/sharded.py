@@ -1,9 +1,9 @@
 """The Gaussian field model's posterior on a field sharded over a DTensor mesh.
 
 :class:`ShardedGaussianTarget` evaluates the log density and its gradient of a
-:class:`~fieldhmc.models.GaussianFieldModel` (non-centred, identity forward model;
-scalar or per-voxel sigma and an optional mask; fixed or sampled power-spectrum
-hyperparameters) for fields laid out in x-slabs
+:class:`~fieldhmc.models.GaussianFieldModel` (non-centred or conditional latent,
+identity forward model; scalar or per-voxel sigma and an optional mask; fixed or sampled
+power-spectrum hyperparameters) for fields laid out in x-slabs
 (:func:`fieldhmc.ops.sharded.slab_layout`): each device holds ``n0 / P`` planes of the
 latent, of :math:`\\delta` and of the gradient.
 
@@ -33,6 +33,13 @@ non-centred field prior does not depend on :math:`\\theta`. A hyperparameter par
 whitened, :math:`u = \\sigma_u v` (``hyper_scales``, the single-device metric's scale of
 that latent), so the kernels keep an identity metric; the log density is that of
 :math:`u(v)` (no Jacobian, as the driver's whitening).
+
+**Conditional parametrisations** (``conditional``, ``conditional_scale``): the latent's
+modes :math:`Z = \\mathrm{rfft3d}(\\xi, \\text{ortho})` give :math:`\\delta_k = \\mu_k(\\theta)
++ \\sqrt{w_k(\\theta)} Z_k` (:mod:`fieldhmc.models.field_model`), per Fourier mode and so
+on the spectrum layout; the prior of the latent is the model's (Hermitian-weighted sums
+over the half-spectrum, float64). Its ``posterior`` metric is the identity (the latent is
+white a posteriori), ``hyper_scales`` the hyperparameters' Fisher widths.
 
 **Preconditioning.** The single-device driver runs its kernels on ``x / scale`` with a
 metric diagonal in the model's Fourier latent. Here the latent is real-space, where
@@ -75,7 +82,8 @@ class ShardedGaussianTarget:
     Parameters
     ----------
     model : GaussianFieldModel
-        Non-centred, identity forward model; sampled P(k) hyperparameters allowed.
+        Non-centred or conditional, identity forward model; sampled P(k)
+        hyperparameters allowed.
     data : array-like
         Observed data ``grid_shape`` (validated by the model).
     mesh : dtensor.Mesh, optional
@@ -129,13 +137,17 @@ class ShardedGaussianTarget:
         lc = model._likelihood_constants(model.check_data(data))
         np_dtype = self.dtype.as_numpy_dtype
         s = model.signal_variance_np()
-        # c_k of the module docs (float64, host), or None: the identity metric
+        # c_k of the module docs (float64, host), or None: the identity metric (also the
+        # posterior metric of the conditional latent, white a posteriori already)
         self._metric = None
-        if preconditioner == "posterior":
+        self._is_conditional = model.is_conditional
+        if self._is_conditional:
+            self._conditional_constants(model, data)
+        elif preconditioner == "posterior":
             self._metric = 1.0 / np.sqrt(1.0 + s * model.noise_precision_mean)
         sqrt_s = np.sqrt(s) if self._metric is None else np.sqrt(s) * self._metric
         self._sqrt_s = self._put(sqrt_s[None].astype(np_dtype), spectrum=True)
-        if self.hyper_names:  # s_k(theta) in the graph: the power's grid terms, sharded
+        if self.hyper_names or self._is_conditional:  # the power's grid terms, sharded
             self._power_constants = self._spectrum_constants(model)
             if self._metric is not None:
                 self._metric_t = self._put(self._metric[None], spectrum=True)
@@ -177,6 +189,27 @@ class ShardedGaussianTarget:
             else:
                 out[name] = sharded.shard(value, dtensor.Layout.replicated(self.mesh, value.ndim))
         return out
+
+    def _conditional_constants(self, model: GaussianFieldModel, data) -> None:
+        """What the conditional parametrisation reads (spectrum layout): the Hermitian
+        weights, the fiducial ``s_k`` (fixed hyperparameters) and, for ``conditional``,
+        the noise-weighted data modes :math:`\\tilde b` (module docs of
+        :mod:`fieldhmc.models.field_model`)."""
+        if np.any(np.asarray(getattr(model, "linear_gain", 1.0)) != 1.0):
+            raise ValueError("the mesh's conditional latent assumes the identity forward model")
+        dtype = self.dtype.as_numpy_dtype
+        h = model.grid.hermitian_weights()
+        self._hermitian = self._put(h[None].astype(dtype), spectrum=True)
+        self._hermitian64 = self._put(h[None].astype(np.float64), spectrum=True)
+        self._s_fixed = self._put(model.signal_variance_np()[None], spectrum=True)
+        self._noise_precision = float(model._surrogate_noise_precision())
+        self._surrogate = None
+        if model.parametrization == "conditional":
+            b = model._surrogate_data_constants(model.check_data(data))
+            self._surrogate = tuple(
+                self._put(b[k].numpy()[None], spectrum=True)
+                for k in ("surrogate_re", "surrogate_im")
+            )
 
     def shard(self, field) -> tf.Tensor:
         """Lay out a host array ``[chains, *grid_shape]`` as the target expects."""
@@ -229,7 +262,42 @@ class ShardedGaussianTarget:
         preconditioned; with sampled hyperparameters the list of parts),
         ``[chains, *grid_shape]`` in its layout."""
         hyper, xi = self._split(parts)
-        return self._delta_of_modes(self._rfft(xi), self._field_scale(self.hyperparameters(hyper)))
+        u = self.hyperparameters(hyper)
+        if self._is_conditional:
+            return self._irfft(self._conditional(u, self._rfft(xi))[0])
+        return self._delta_of_modes(self._rfft(xi), self._field_scale(u))
+
+    def _conditional(self, u: Mapping[str, tf.Tensor], z: tf.Tensor) -> tuple:
+        """The conditional parametrisation (``FieldModel._conditional_modes`` and
+        ``_log_prior_conditional`` on the spectrum layout): :math:`\\delta`'s modes
+        :math:`\\mu_k + \\sqrt{w_k} Z_k` and the float64 ``[chains]`` log prior of the
+        latent (its :math:`N/2 \\ln 2\\pi` left out), ``z`` = rfft3d(latent, ortho)."""
+        c = self._power_constants
+        if self.hyper_names:
+            hp = {name: self.model._physical(name, value) for name, value in u.items()}
+            s = self.model._signal_variance(hp, c)  # float64 [chains, n0, n1, m]
+        else:
+            s = self._s_fixed
+        is_pos = c["is_pos"]
+        q = s * self._noise_precision  # the identity forward model: R = 1
+        one = tf.ones_like(s)
+        # sqrt only where s > 0: its gradient at the mean mode (s = 0) is infinite
+        root = tf.where(is_pos, tf.sqrt(tf.where(is_pos, s / (1.0 + q), one)), 0.0 * one)
+        root_s = tf.where(is_pos, tf.sqrt(tf.where(is_pos, s, one)), 0.0 * one)
+        re, im = tf.math.real(z), tf.math.imag(z)
+        a = tf.cast(tf.math.rsqrt(1.0 + q), self.dtype)
+        scale = tf.cast(root, self.dtype)
+        d_re, d_im, p_re, p_im = re * scale, im * scale, re * a, im * a
+        if self._surrogate is not None:
+            b_re, b_im = self._surrogate
+            coef = tf.cast(s / (1.0 + q), self.dtype)  # w R
+            prior_coef = tf.cast(root_s / (1.0 + q), self.dtype)
+            d_re, d_im = d_re + coef * b_re, d_im + coef * b_im
+            p_re, p_im = p_re + prior_coef * b_re, p_im + prior_coef * b_im
+        power = self._hermitian * (tf.square(p_re) + tf.square(p_im))
+        quad = tf.reduce_sum(tf.cast(power, tf.float64), axis=[1, 2, 3])
+        log_det = tf.reduce_sum(self._hermitian64 * tf.math.log1p(q), axis=[1, 2, 3])
+        return tf.complex(d_re, d_im), -0.5 * quad - 0.5 * log_det
 
     def _delta_of_modes(self, modes: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
         if not self.hyper_names:  # a constant scale
@@ -246,13 +314,17 @@ class ShardedGaussianTarget:
         parts in ``latent_names`` order."""
         hyper, xi = self._split(parts)
         u = self.hyperparameters(hyper)
-        scale = self._field_scale(u)
-        if self._metric is None:
+        if self._is_conditional:
+            delta_modes, log_prior = self._conditional(u, self._rfft(xi))
+            delta = self._irfft(delta_modes)
+            prior = -2.0 * log_prior  # as the other branches' (-0.5 prior)
+        elif self._metric is None:
+            scale = self._field_scale(u)
             delta = self._delta_of_modes(self._rfft(xi), scale)
             prior = tf.reduce_sum(tf.square(tf.cast(xi, tf.float64)), axis=[1, 2, 3])
         else:
             modes = self._rfft(xi)
-            delta = self._delta_of_modes(modes, scale)
+            delta = self._delta_of_modes(modes, self._field_scale(u))
             power = tf.math.real(modes) ** 2 + tf.math.imag(modes) ** 2
             prior = tf.reduce_sum(tf.cast(self._prior_weights * power, tf.float64), axis=[1, 2, 3])
         residual = tf.cast(self._data - delta, tf.float64)

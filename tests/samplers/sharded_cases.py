@@ -609,7 +609,7 @@ HYPER_SCALES = {"log_amplitude": 0.3, "index": 0.7}
 HYPER_RUNS = {"hmc": (400, 300), "mams": (300, 200), "mclmc": (1000, 200)}
 
 
-def _hyper_problem(masked: bool):
+def _hyper_problem(masked: bool, parametrization: str = "noncentred"):
     """The 8³ problem with log A and n sampled (Normal priors about the fiducial)."""
     import tensorflow as tf
 
@@ -624,6 +624,7 @@ def _hyper_problem(masked: bool):
         sigma=2.0,
         mask=mask,
         hyper_priors={"log_amplitude": (np.log(1000.0), 1.0), "index": (-1.5, 0.5)},
+        parametrization=parametrization,
         dtype=tf.float64,
     )
     data = np.asarray(model.sample(seed=stateless_seed(7))["data"])
@@ -651,8 +652,9 @@ def hyper_target_cases(mesh):
     from fieldhmc.samplers.sharded import _ShardedCarry
 
     out = {}
-    for masked, pre in ((True, "posterior"),):  # the mask and the metric's map included
-        model, data = _hyper_problem(masked)
+    # the mask and the posterior metric's map; the conditional latent (mu + sqrt(w) Z)
+    for masked, pre, par in ((True, "posterior", "noncentred"), (True, "identity", "conditional")):
+        model, data = _hyper_problem(masked, par)
         target = ShardedGaussianTarget(model, data, mesh, pre, hyper_scales=HYPER_SCALES)
         parts = _hyper_parts(target, 3, 1)
         carry = _ShardedCarry(mesh, GRID)
@@ -669,7 +671,7 @@ def hyper_target_cases(mesh):
         if target._metric is not None:  # d/dv = A^T d/dxi: c_k once more
             modes = modes * tf.constant(target._metric, modes.dtype)
         expected.append(fft.irfft3d(modes, fft_length=GRID, norm="ortho").numpy())
-        out[f"{'masked' if masked else 'unmasked'}-{pre}"] = {
+        out[f"{'masked' if masked else 'unmasked'}-{pre}-{par}"] = {
             "lp_dtype": str(lp.dtype),
             "lp_rel": float(np.max(np.abs(lp - ref.numpy()) / np.abs(ref.numpy()))),
             "grad_rel": [
@@ -769,7 +771,13 @@ def hyper_driver_cases(mesh, kind="hmc"):
 
 
 def hyper_posterior_ztest(
-    mesh, kind="hmc", num_results=400, num_burnin=300, seed=11, model_fn=None
+    mesh,
+    kind="hmc",
+    num_results=400,
+    num_burnin=300,
+    seed=11,
+    model_fn=None,
+    parametrization="noncentred",
 ):
     """Jittered HMC (or mams) on 4 devices with (log A, n) sampled next to the non-centred field
     (8³ problem of ``test_conditional_posterior.py``, hyperparameters whitened by their
@@ -790,7 +798,7 @@ def hyper_posterior_ztest(
     )
     from tests.samplers.test_posterior import _looks_standard_normal
 
-    model, data = make_problem("noncentred")
+    model, data = make_problem(parametrization)
     ref = QuadratureReference(data)
     sampled = model if model_fn is None else model_fn()
     if kind == "hmc":
@@ -809,7 +817,10 @@ def hyper_posterior_ztest(
         settings = _micro_settings(
             kind, num_burnin, num_results, num_burnin + num_results, seed=seed, field_thin=1
         )
-    scales = {n: sampled.hyper_latent_scale(n) for n in HYPERS}
+    if sampled.is_conditional:  # the posterior metric of a conditional config
+        scales = sampled.hyper_posterior_scales()
+    else:
+        scales = {n: sampled.hyper_latent_scale(n) for n in HYPERS}
     sampler, target = _hyper_driver(sampled, data, mesh, settings, scales=scales)
     latents = sampled.init_latents("prior", 4, seed=stateless_seed(1))
     init = target.state_from_model([np.asarray(v) for v in latents])
@@ -849,6 +860,9 @@ def results(slow: bool) -> dict:
         results["hyper_posterior"] = {
             kind: hyper_posterior_ztest(mesh, kind, *HYPER_RUNS[kind]) for kind in HYPER_RUNS
         }
+        results["hyper_posterior"]["hmc-conditional"] = hyper_posterior_ztest(
+            mesh, "hmc", *HYPER_RUNS["hmc"], parametrization="conditional"
+        )
         results["posterior"] = {
             f"{kind}-{m}": driver_wiener_ztest(mesh, m == "masked", 400, kind, "posterior")
             for kind in ("hmc", "mams")

@@ -99,11 +99,13 @@ def test_sharded_driver_resume_is_bit_identical(results):
     assert r["state_identical"]
 
 
-def test_sharded_target_with_sampled_hyperparameters_equals_the_models_target(results):
+@pytest.mark.parametrize("case", ["masked-posterior-noncentred", "masked-identity-conditional"])
+def test_sharded_target_with_sampled_hyperparameters_equals_the_models_target(results, case):
     """(log A, n) sampled: the 4-device target at random parts (whitened hyperparameters,
-    posterior-metric field latent, masked data) == model.target_log_prob_fn at their model
+    masked data; the posterior-metric non-centred field latent, or the conditional latent
+    delta = mu(theta) + sqrt(w(theta)) Z) == model.target_log_prob_fn at their model
     latents, float64, and every part's gradient == the model's mapped by the chain rule."""
-    r = results["hyper"]["target"]["masked-posterior"]
+    r = results["hyper"]["target"][case]
     assert r["names"] == ["log_amplitude", "index", "field"]
     assert r["lp_dtype"] == "float64" and r["lp_rel"] < 1e-12
     assert len(r["grad_rel"]) == 3 and max(r["grad_rel"]) < 1e-12, r["grad_rel"]
@@ -256,20 +258,21 @@ def test_sharded_posterior_preconditioner_passes_the_wiener_ztest(slow_results, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["hmc", "mams", "mclmc"])
+@pytest.mark.parametrize("kind", ["hmc", "mams", "mclmc", "hmc-conditional"])
 def test_sharded_kernels_with_sampled_hyperparameters_match_the_exact_posterior(slow_results, kind):
     """Jittered HMC, MAMS and MCLMC on 4 devices with (log A, n) sampled next to the
     non-centred field (8³, 4 chains; hmc 300 warm-up steps + 400 draws, mams 200 + 300,
     mclmc 200 + 1000): theta's mean and variance and every field coordinate's against the
     exact posterior of ``test_conditional_posterior.py`` (quadrature over theta, mixed
-    Wiener posterior), MCSE-scaled z-scores as there. With hmc, a prior on n five times
-    too narrow (z = -13 for theta's variance) or the hyperprior left out of the target
-    (|z| up to 13) fails."""
+    Wiener posterior), MCSE-scaled z-scores as there; ``hmc-conditional``: hmc on the
+    conditional latent with the Fisher widths of (log A, n) as their metric (the
+    single-device test's setup). With hmc, a prior on n five times too narrow (z = -13
+    for theta's variance) or the hyperprior left out of the target (|z| up to 13) fails."""
     r = slow_results["hyper_posterior"][kind]
     assert max(abs(z) for z in r["z_theta"]) < 4.0, r
     assert r["field_ok"], r["field_msg"]
     if kind != "mclmc":
-        assert 0.5 < r["accept_rate"] < 1.0 and len(r["n_steps"]) > 1, r
+        assert 0.5 < r["accept_rate"] <= 1.0 and len(r["n_steps"]) > 1, r
 
 
 @pytest.mark.slow
