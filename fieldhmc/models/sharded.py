@@ -136,25 +136,12 @@ class ShardedGaussianTarget:
             sharded.check_mesh(mesh, self.grid_shape)
         lc = model._likelihood_constants(model.check_data(data))
         np_dtype = self.dtype.as_numpy_dtype
-        s = model.signal_variance_np()
-        # c_k of the module docs (float64, host), or None: the identity metric (also the
-        # posterior metric of the conditional latent, white a posteriori already)
-        self._metric = None
         self._is_conditional = model.is_conditional
         if self._is_conditional:
             self._conditional_constants(model, data)
-        elif preconditioner == "posterior":
-            self._metric = 1.0 / np.sqrt(1.0 + s * model.noise_precision_mean)
-        sqrt_s = np.sqrt(s) if self._metric is None else np.sqrt(s) * self._metric
-        self._sqrt_s = self._put(sqrt_s[None].astype(np_dtype), spectrum=True)
+        self._metric_constants(model, preconditioner)
         if self.hyper_names or self._is_conditional:  # the power's grid terms, sharded
             self._power_constants = self._spectrum_constants(model)
-            if self._metric is not None:
-                self._metric_t = self._put(self._metric[None], spectrum=True)
-        if self._metric is not None:
-            # |A v|^2 = sum_k h_k c_k^2 |V_k|^2 (Parseval, ortho; h the Hermitian weights)
-            weighted = model.grid.hermitian_weights() * self._metric**2
-            self._prior_weights = self._put(weighted[None].astype(np_dtype), spectrum=True)
         self._data = self._put(lc["data"].numpy()[None].astype(np_dtype))
         # float64 weights (the likelihood's constants hold them in the model dtype)
         lik = model.likelihood
@@ -189,6 +176,24 @@ class ShardedGaussianTarget:
             else:
                 out[name] = sharded.shard(value, dtensor.Layout.replicated(self.mesh, value.ndim))
         return out
+
+    def _metric_constants(self, model: GaussianFieldModel, preconditioner: str) -> None:
+        """The fiducial :math:`\\sqrt{s_k}` and the metric's :math:`c_k` (module docs)."""
+        np_dtype = self.dtype.as_numpy_dtype
+        s = model.signal_variance_np()
+        # c_k (float64, host), or None: the identity metric (also the posterior metric of
+        # the conditional latent, white a posteriori already)
+        self._metric = None
+        if preconditioner == "posterior" and not self._is_conditional:
+            self._metric = 1.0 / np.sqrt(1.0 + s * model.noise_precision_mean)
+        sqrt_s = np.sqrt(s) if self._metric is None else np.sqrt(s) * self._metric
+        self._sqrt_s = self._put(sqrt_s[None].astype(np_dtype), spectrum=True)
+        if self._metric is not None:
+            if self.hyper_names:  # times sqrt(s_k(theta)) in the graph
+                self._metric_t = self._put(self._metric[None], spectrum=True)
+            # |A v|^2 = sum_k h_k c_k^2 |V_k|^2 (Parseval, ortho; h the Hermitian weights)
+            weighted = model.grid.hermitian_weights() * self._metric**2
+            self._prior_weights = self._put(weighted[None].astype(np_dtype), spectrum=True)
 
     def _conditional_constants(self, model: GaussianFieldModel, data) -> None:
         """What the conditional parametrisation reads (spectrum layout): the Hermitian

@@ -267,6 +267,28 @@ def mesh_field_ops(shape: tuple[int, ...], dtype: tf.DType, mesh, num_scalar_par
     return mc.TunerFieldOps(moments, total_variance, record), field_subset, num_recorded
 
 
+def _check_random(random: str, mesh, num_scalar_parts: int) -> None:
+    if random not in ("counter", "philox"):
+        raise ValueError(f"random must be 'counter' or 'philox', got {random!r}")
+    if random == "philox" and mesh is not None:
+        raise ValueError("random='philox' (the single-device kernels' draws) needs mesh=None")
+    if random == "philox" and num_scalar_parts:
+        raise ValueError("random='philox' draws the field alone (no scalar parts)")
+
+
+def _of_parts(value_and_gradient_fn: Callable, num_scalar_parts: int) -> Callable:
+    """``parts -> (lp, grads)``: the callable itself with scalar parts, else the field's
+    ``x -> (lp, g)`` on the one-part list."""
+    if num_scalar_parts:
+        return value_and_gradient_fn
+
+    def of_parts(parts):
+        lp, g = value_and_gradient_fn(parts[0])
+        return lp, [g]
+
+    return of_parts
+
+
 @dataclass
 class _Chain:
     """A chunk's working state: device tensors and the tuner's float64 scalars."""
@@ -333,12 +355,7 @@ class ShardedMicrocanonical:
         spec = kinds.get(kind)
         if not isinstance(spec, MicrocanonicalKind):
             raise ValueError(f"kind must be a microcanonical kind, got {kind!r}")
-        if random not in ("counter", "philox"):
-            raise ValueError(f"random must be 'counter' or 'philox', got {random!r}")
-        if random == "philox" and mesh is not None:
-            raise ValueError("random='philox' (the single-device kernels' draws) needs mesh=None")
-        if random == "philox" and num_scalar_parts:
-            raise ValueError("random='philox' draws the field alone (no scalar parts)")
+        _check_random(random, mesh, num_scalar_parts)
         self.kind = kind
         self.shape = tuple(int(n) for n in shape)
         self.dtype = dtype
@@ -367,15 +384,7 @@ class ShardedMicrocanonical:
         self.stage_ends = self.kernel.stage_ends
         self.gradients_per_step = self.kernel.gradients_per_step
         self.buffer_steps = max(self.stage_ends[2] - self.stage_ends[1], 1)
-        if self.num_scalar_parts:
-            self._vg = value_and_gradient_fn
-        else:  # the field alone
-
-            def _vg(parts):
-                lp, g = value_and_gradient_fn(parts[0])
-                return lp, [g]
-
-            self._vg = _vg
+        self._vg = _of_parts(value_and_gradient_fn, self.num_scalar_parts)
         self._draws_template = (
             PhiloxDraws(np.zeros(2, np.int32), self.shape, dtype)
             if random == "philox"
