@@ -111,7 +111,9 @@ def test_sharded_target_with_sampled_hyperparameters_equals_the_models_target(re
     assert len(r["grad_rel"]) == 3 and max(r["grad_rel"]) < 1e-12, r["grad_rel"]
 
 
-@pytest.mark.parametrize("kind", ["hmc", "mams", pytest.param("mclmc", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "kind", ["hmc", *(pytest.param(k, marks=pytest.mark.slow) for k in ("mams", "mclmc"))]
+)
 def test_sharded_driver_with_sampled_hyperparameters_reproduces_one_device(request, kind):
     """(log A, n) sampled through the driver -- jittered HMC (4 warm-up steps adapting the
     step size, 4 draws, chunks of 3) or mams / mclmc (12 tuning steps through every stage,
@@ -119,10 +121,10 @@ def test_sharded_driver_with_sampled_hyperparameters_reproduces_one_device(reque
     and step counts, every part of the state, the hyperparameter traces, lp, energy error,
     P(k), stored fields and tuned parameters to rounding); the hyperparameters are traced
     as the model's latents; a run killed twice and resumed is bit-identical."""
-    if kind == "mclmc":
-        r = request.getfixturevalue("slow_results")["hyper_driver"][kind]
-    else:
+    if kind == "hmc":
         r = request.getfixturevalue("results")["hyper"]["driver"][kind]
+    else:  # slow: the no-hyperparameter mclmc / mams runs are in the default set
+        r = request.getfixturevalue("slow_results")["hyper_driver"][kind]
     assert {"log_amplitude", "index", "lp", "power"} <= set(r["names"]) and r["num_draws"] == 4
     assert r["same_accepts"] and r["same_n_steps"]
     if kind == "mclmc":
