@@ -508,10 +508,10 @@ class MeshChunkRunner:
         The log density on the mesh (or on plain tensors, ``target.mesh = None``:
         the single-device reference).
     settings : SamplerSettings
-        ``kind`` ``"hmc"``, ``"mclmc"`` or ``"mams"``; no diagonal adaptation.
-        ``hmc`` (also with a jittered leapfrog count and with sampled hyperparameters:
-        the state is then the target's parts, ``[chains]`` each before the field, and
-        their model latents are traced as scalars): :func:`make_hmc_transition`, the step
+        ``kind`` ``"hmc"``, ``"mclmc"`` or ``"mams"``; no diagonal adaptation. With
+        sampled hyperparameters the state is the target's parts (``[chains]`` each before
+        the field) and their model latents are traced as scalars, as on one device.
+        ``hmc`` (fixed or jittered leapfrog count): :func:`make_hmc_transition`, the step
         size adapted during warm-up by dual averaging toward ``target_accept_prob`` (as the
         single-device ``hmc``: TFP's ``DualAveragingStepSizeAdaptation``),
         ``num_leapfrog_steps`` fixed (or, jittered, drawn per transition).
