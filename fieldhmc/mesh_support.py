@@ -30,6 +30,7 @@ def mesh_support(
     likelihood: str = "gaussian",
     forward_model: bool = False,
     sampled_hyperparameters: bool = False,
+    sampled_cosmology: bool = False,
     parametrisation: str = "noncentred",
 ) -> str | None:
     """Why a run with these settings cannot go on a mesh; None if it can.
@@ -52,6 +53,8 @@ def mesh_support(
     sampled_hyperparameters : bool
         Any power-spectrum hyperparameter sampled with the field (supported: parts
         ``[chains]`` of the state next to the sharded field).
+    sampled_cosmology : bool
+        A sampled parameter of the cosmological power spectrum (Omega_m, sigma8).
     parametrisation : str
         ``model.parametrisation``.
 
@@ -87,6 +90,12 @@ def mesh_support(
             bool(forward_model),
             "model.forward: the mesh target implements the identity forward model only"
             " (the LPT/bias/RSD building blocks have no slab-sharded version)",
+        ),
+        (
+            bool(sampled_cosmology),
+            "sampled hyperparameters of the cosmological P(k) (Omega_m, sigma8): the mesh"
+            " samples the power law's log A and n only (the Eisenstein-Hu grid power, a"
+            " table gathered by a sharded |k| index, is not tested on a mesh)",
         ),
         (
             parametrisation not in MESH_PARAMETRISATIONS,

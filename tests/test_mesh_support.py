@@ -27,6 +27,10 @@ def test_supported_combinations(kind, preconditioner):
         ({"kind": "mams", "likelihood": "poisson"}, "model.likelihood.kind=poisson"),
         ({"kind": "hmc", "forward_model": True}, "model.forward"),
         ({"kind": "hmc", "parametrisation": "centred"}, "model.parametrisation=centred"),
+        (
+            {"kind": "hmc", "sampled_hyperparameters": True, "sampled_cosmology": True},
+            "sampled hyperparameters of the cosmological P(k)",
+        ),
     ],
 )
 def test_refusals_are_one_line_naming_the_setting(kwargs, named):

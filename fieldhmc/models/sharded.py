@@ -115,6 +115,7 @@ class ShardedGaussianTarget:
             preconditioner=preconditioner,
             forward_model=model.forward is not None,
             sampled_hyperparameters=bool(model.hyper_names),
+            sampled_cosmology=bool(set(model.power_hyper_names) - {"log_amplitude", "index"}),
             parametrisation=model.parametrization,
         )
         if reason is not None:
