@@ -206,18 +206,18 @@ def driver_timing(grids, repeats: int, transitions: int = 10, leapfrog: int = 4)
             target = ShardedGaussianTarget(model, data, mesh)
             x0 = target.shard(init[0])
             one_step = make_hmc_transition(
-                target.value_and_gradient,
+                target.value_and_gradients,
                 (CHAINS, n, n, n),
                 tf.float32,
                 num_leapfrog_steps=leapfrog,
                 mesh=mesh,
             )
-            vg = tf.function(target.value_and_gradient, autograph=False)
+            vg = tf.function(target.value_and_gradients, autograph=False)
             bases = _base_key(0, 0), _base_key(0, 1)
             eps = tf.constant(0.05, tf.float32)
 
             def standalone(one_step=one_step, vg=vg, x0=x0, bases=bases, eps=eps):
-                x = x0
+                x = [x0]
                 lp, grad = vg(x)
                 for t in range(transitions):
                     x, lp, grad, _, _, acc = one_step(

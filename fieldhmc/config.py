@@ -1328,6 +1328,7 @@ def _check_distribution(config: "Config") -> None:
         likelihood=config.model.likelihood.kind,
         forward_model=config.model.forward is not None,
         sampled_hyperparameters=config.model.samples_power,
+        sampled_cosmology=bool(config.model.power.sampled),
         parametrisation=config.model.parametrisation,
     )
     if reason is not None:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from fieldhmc.samplers import kinds
 
-__all__ = ["MESH_KINDS", "MESH_PRECONDITIONERS", "mesh_support"]
+__all__ = ["MESH_KINDS", "MESH_PARAMETRISATIONS", "MESH_PRECONDITIONERS", "mesh_support"]
 
 #: Sampler kinds with a mesh transition (fieldhmc.samplers.sharded / sharded_mclmc).
 MESH_KINDS = kinds.names_where(lambda k: k.runs_on_mesh)
 #: Fourier-diagonal metrics the mesh target applies as a map of its white-noise latent.
 MESH_PRECONDITIONERS = ("identity", "prior", "posterior")
 _GAUSSIAN_LIKELIHOODS = ("gaussian", "masked_gaussian")
+#: Latents the mesh target maps to the field per Fourier mode (white-noise latents).
+MESH_PARAMETRISATIONS = ("noncentred", "conditional", "conditional_scale")
 
 
 def mesh_support(
@@ -28,6 +30,7 @@ def mesh_support(
     likelihood: str = "gaussian",
     forward_model: bool = False,
     sampled_hyperparameters: bool = False,
+    sampled_cosmology: bool = False,
     parametrisation: str = "noncentred",
 ) -> str | None:
     """Why a run with these settings cannot go on a mesh; None if it can.
@@ -48,7 +51,10 @@ def mesh_support(
     forward_model : bool
         A forward model between the field and the data (not the identity).
     sampled_hyperparameters : bool
-        Any power-spectrum hyperparameter sampled with the field.
+        Any power-spectrum hyperparameter sampled with the field (supported: parts
+        ``[chains]`` of the state next to the sharded field).
+    sampled_cosmology : bool
+        A sampled parameter of the cosmological power spectrum (Omega_m, sigma8).
     parametrisation : str
         ``model.parametrisation``.
 
@@ -57,7 +63,7 @@ def mesh_support(
     str or None
         One line naming the setting and why it does not run on a mesh.
     """
-    del jitter_leapfrog  # supported
+    del jitter_leapfrog, sampled_hyperparameters  # supported
     spec = kinds.get(kind)
     problems = [
         (
@@ -86,14 +92,16 @@ def mesh_support(
             " (the LPT/bias/RSD building blocks have no slab-sharded version)",
         ),
         (
-            bool(sampled_hyperparameters),
-            "sampled hyperparameters: the mesh state is the field alone (hyperparameter"
-            " parts next to a sharded field are not implemented)",
+            bool(sampled_cosmology),
+            "sampled hyperparameters of the cosmological P(k) (Omega_m, sigma8): the mesh"
+            " samples the power law's log A and n only (the Eisenstein-Hu grid power, a"
+            " table gathered by a sharded |k| index, is not tested on a mesh)",
         ),
         (
-            parametrisation != "noncentred",
-            f"model.parametrisation={parametrisation}: the mesh target's latent is the"
-            " non-centred white noise",
+            parametrisation not in MESH_PARAMETRISATIONS,
+            f"model.parametrisation={parametrisation}: the mesh target's latent is white noise"
+            f" ({', '.join(MESH_PARAMETRISATIONS)}); the centred latent's prior is a"
+            " convolution in real space (not implemented)",
         ),
     ]
     for bad, reason in problems:

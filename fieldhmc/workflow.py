@@ -370,22 +370,32 @@ def _settings(config: cfg.Config, num_results: int | None = None):
     )
 
 
-def _scales(config: cfg.Config, model, data) -> list[np.ndarray]:
-    """Per-part metric scales M^{-1/2} for the configured preconditioner."""
+def _hyper_scales(config: cfg.Config, model) -> dict[str, float]:
+    """The configured metric's scale of each sampled scalar's latent."""
     kind = config.sampler.preconditioner
-    dtype = np.dtype(config.precision)
-    scales = []
     # conditional parametrisations: the field latent is whitened at every theta, so the
     # posterior metric's hyperparameter scales are their approximate posterior widths
     posterior_hyper = (
         model.hyper_posterior_scales() if kind == "posterior" and model.is_conditional else {}
     )
-    for name in model.latent_names:
+    out = {}
+    for name in model.hyper_names:
         if name in posterior_hyper:
-            scales.append(np.asarray(posterior_hyper[name], dtype))
-        elif name != "field":  # the prior's scale of the (unconstrained) latent
-            scale = 1.0 if kind == "identity" else model.hyper_latent_scale(name)
-            scales.append(np.asarray(scale, dtype))
+            out[name] = posterior_hyper[name]
+        else:  # the prior's scale of the (unconstrained) latent
+            out[name] = 1.0 if kind == "identity" else model.hyper_latent_scale(name)
+    return out
+
+
+def _scales(config: cfg.Config, model, data) -> list[np.ndarray]:
+    """Per-part metric scales M^{-1/2} for the configured preconditioner."""
+    kind = config.sampler.preconditioner
+    dtype = np.dtype(config.precision)
+    hyper = _hyper_scales(config, model)
+    scales = []
+    for name in model.latent_names:
+        if name != "field":
+            scales.append(np.asarray(hyper[name], dtype))
         elif kind == "identity":
             scales.append(np.ones(model.grid.grid_shape, dtype))
         elif kind == "posterior":
@@ -527,7 +537,11 @@ def build(
 
         outputs = ShardedFieldOutputs(model.grid, kbins, tracked, config.outputs.store_fields)
         sharded = ShardedGaussianTarget(
-            model, data, mesh, preconditioner=config.sampler.preconditioner or "identity"
+            model,
+            data,
+            mesh,
+            preconditioner=config.sampler.preconditioner or "identity",
+            hyper_scales=_hyper_scales(config, model),
         )
         return Built(
             model,
@@ -535,8 +549,9 @@ def build(
             _field_outputs(config, model),
             kbins,
             tracked,
-            # the sharded latent: an orthogonal map of the model's
-            state_fn=lambda init: [sharded.latent_from_model(init[0])],
+            # the sharded latent: an orthogonal map of the model's field, the
+            # hyperparameters whitened by their metric scales
+            state_fn=sharded.state_from_model,
         )
     target = model.repinnable_target_log_prob_fn(data) if repinnable else None
     target_fn = target if repinnable else model.target_log_prob_fn(data)
@@ -953,13 +968,18 @@ def _distribution_note(config: cfg.Config) -> dict:
     dist = config.distribution
     if dist is None:
         return {}
+    latent = "real-space white noise xi, delta = irfft(sqrt(P(k)) rfft(xi))"
+    if config.model.parametrisation != "noncentred":
+        latent = "real-space xi, delta = irfft(mu + sqrt(w) rfft(xi)) (conditional)"
+    if config.model.samples_power:
+        latent += ", the sampled hyperparameters replicated on every device"
     return {
         "distribution": {
             "mesh": list(dist.mesh),
             "devices": dist.devices,
             "layout": "x-slabs: each device holds n0/P planes of x, momentum and gradient",
-            "latent": "real-space white noise xi, delta = irfft(sqrt(P(k)) rfft(xi)) "
-            "(fieldhmc.models.sharded); the traced modes and field draws are of delta",
+            "latent": f"{latent} (fieldhmc.models.sharded); the traced modes and field draws "
+            "are of delta",
             "field_statistics": "per draw on the mesh with the sharded rfft3d (power, "
             "tracked modes, running mean/variance); stored draws gathered to the host",
             "checkpoint": "state, gradient and field moments gathered to host NumPy "

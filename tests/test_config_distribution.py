@@ -103,6 +103,33 @@ def test_distribution_accepts_the_microcanonical_kinds(kind):
         config_from_dict(_with_kind(kind, sampler__preconditioner="diagonal"), ROOT)
 
 
+_SAMPLED = {"log_amplitude": {"sample": True, "prior_scale": 1.0}, "index": {"sample": True}}
+
+
+def _with_hyperparameters(kind: str = "hmc", **sections) -> dict:
+    raw = _with_kind(kind, **sections)
+    raw["model"]["hyperparameters"] = copy.deepcopy(_SAMPLED)
+    raw["sampler"]["init"] = "prior"
+    return raw
+
+
+@pytest.mark.parametrize("kind", ["hmc", "mclmc", "mams"])
+@pytest.mark.parametrize("preconditioner", ["identity", "prior", "posterior"])
+def test_distribution_takes_sampled_hyperparameters(kind, preconditioner):
+    raw = _with_hyperparameters(kind, sampler__preconditioner=preconditioner)
+    config = config_from_dict(raw, ROOT)
+    assert config.model.samples_power and config.distribution.mesh == (4,)
+
+
+@pytest.mark.parametrize("parametrisation", ["conditional", "conditional_scale"])
+def test_distribution_takes_the_conditional_parametrisations(parametrisation):
+    raw = _with_hyperparameters(
+        model__parametrisation=parametrisation, sampler__preconditioner="posterior"
+    )
+    config = config_from_dict(raw, ROOT)
+    assert config.model.parametrisation == parametrisation
+
+
 def _fieldhmc(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "fieldhmc", *args],
@@ -177,3 +204,36 @@ def test_cli_runs_sharded_microcanonical_kinds(tmp_path, kind):
     assert proc.returncode == 0, proc.stderr[-3000:]
     with h5py.File(out / "traces.h5", "r") as f:
         assert f["lp"].shape == (10, 4)
+
+
+@pytest.mark.slow
+def test_cli_runs_sharded_hmc_with_sampled_hyperparameters(tmp_path):
+    """``fieldhmc run`` with distribution and log A, n sampled (8³, jittered HMC, prior
+    metric, 4 virtual CPUs): the hyperparameters in samples.nc as on one device, and
+    ``fieldhmc resume --num-results`` extends the run on the mesh."""
+    import h5py
+    import xarray as xr
+    import yaml
+
+    raw = _with_hyperparameters(sampler__preconditioner="prior", sampler__jitter_leapfrog=True)
+    raw["grid"]["shape"] = [8, 8, 8]
+    raw["sampler"].update(num_results=6, num_burnin_steps=10, chunk_size=4)
+    raw["outputs"] = {"directory": str(tmp_path / "unused"), "field_thin": 2}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "run"
+    proc = _fieldhmc("run", str(path), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("traces.h5", "fields.h5", "samples.nc", "power.nc", "report.txt"):
+        assert (out / name).exists(), name
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["metadata"]["distribution"]["mesh"] == [4]
+    posterior = xr.open_dataset(out / "samples.nc", group="posterior")
+    for name in ("log_amplitude", "index"):
+        values = posterior[name].values
+        assert values.shape == (4, 6) and np.all(np.isfinite(values)), name
+        assert np.ptp(values) > 0, name
+    proc = _fieldhmc("resume", str(out), "--num-results", "10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with h5py.File(out / "traces.h5", "r") as f:
+        assert f["lp"].shape == (10, 4) and f["log_amplitude"].shape == (10, 4)

@@ -26,14 +26,27 @@ def test_supported_combinations(kind, preconditioner):
         ({"kind": "hmc", "step_size_jitter": 0.1}, "sampler.step_size_jitter"),
         ({"kind": "mams", "likelihood": "poisson"}, "model.likelihood.kind=poisson"),
         ({"kind": "hmc", "forward_model": True}, "model.forward"),
-        ({"kind": "hmc", "sampled_hyperparameters": True}, "sampled hyperparameters"),
         ({"kind": "hmc", "parametrisation": "centred"}, "model.parametrisation=centred"),
+        (
+            {"kind": "hmc", "sampled_hyperparameters": True, "sampled_cosmology": True},
+            "sampled hyperparameters of the cosmological P(k)",
+        ),
     ],
 )
 def test_refusals_are_one_line_naming_the_setting(kwargs, named):
     reason = mesh_support(**kwargs)
     assert reason is not None and "\n" not in reason
     assert named in reason and reason.startswith("not on a mesh: ")
+
+
+@pytest.mark.parametrize("kind", ["hmc", "mclmc", "mams"])
+@pytest.mark.parametrize("preconditioner", ["identity", "prior", "posterior"])
+def test_the_mesh_kinds_take_sampled_hyperparameters(kind, preconditioner):
+    reason = mesh_support(kind, preconditioner=preconditioner, sampled_hyperparameters=True)
+    assert reason is None
+    for parametrisation in ("conditional", "conditional_scale"):
+        reason = mesh_support(kind, sampled_hyperparameters=True, parametrisation=parametrisation)
+        assert reason is None
 
 
 def test_mesh_support_does_not_import_tensorflow():

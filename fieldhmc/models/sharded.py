@@ -1,10 +1,11 @@
 """The Gaussian field model's posterior on a field sharded over a DTensor mesh.
 
 :class:`ShardedGaussianTarget` evaluates the log density and its gradient of a
-:class:`~fieldhmc.models.GaussianFieldModel` (non-centred, fixed hyperparameters,
-identity forward model; scalar or per-voxel sigma and an optional mask) for
-fields laid out in x-slabs (:func:`fieldhmc.ops.sharded.slab_layout`): each device
-holds ``n0 / P`` planes of the latent, of :math:`\\delta` and of the gradient.
+:class:`~fieldhmc.models.GaussianFieldModel` (non-centred or conditional latent,
+identity forward model; scalar or per-voxel sigma and an optional mask; fixed or sampled
+power-spectrum hyperparameters) for fields laid out in x-slabs
+(:func:`fieldhmc.ops.sharded.slab_layout`): each device holds ``n0 / P`` planes of the
+latent, of :math:`\\delta` and of the gradient.
 
 The latent is **real-space white noise** :math:`\\xi \\sim \\mathcal N(0, I)`,
 
@@ -22,6 +23,23 @@ over the whole mesh (DTensor inserts the all-reduce), returning float64 ``[chain
 
 The same class runs on plain tensors (``mesh=None``) with :mod:`fieldhmc.ops`: that
 is the single-device reference the sharded run must reproduce.
+
+**Sampled hyperparameters.** The state is then a list of parts in the model's
+``latent_names`` order: one ``[chains]`` tensor per sampled hyperparameter (replicated on
+the mesh), then the field. :math:`s_k(\\theta)` is evaluated in the graph from the
+model's power spectrum on the spectrum layout (its grid terms sharded as the modes are),
+and the hyperprior (:meth:`~fieldhmc.models.FieldModel._log_prior_hypers`) is added; the
+non-centred field prior does not depend on :math:`\\theta`. A hyperparameter part is
+whitened, :math:`u = \\sigma_u v` (``hyper_scales``, the single-device metric's scale of
+that latent), so the kernels keep an identity metric; the log density is that of
+:math:`u(v)` (no Jacobian, as the driver's whitening).
+
+**Conditional parametrisations** (``conditional``, ``conditional_scale``): the latent's
+modes :math:`Z = \\mathrm{rfft3d}(\\xi, \\text{ortho})` give :math:`\\delta_k = \\mu_k(\\theta)
++ \\sqrt{w_k(\\theta)} Z_k` (:mod:`fieldhmc.models.field_model`), per Fourier mode and so
+on the spectrum layout; the prior of the latent is the model's (Hermitian-weighted sums
+over the half-spectrum, float64). Its ``posterior`` metric is the identity (the latent is
+white a posteriori), ``hyper_scales`` the hyperparameters' Fisher widths.
 
 **Preconditioning.** The single-device driver runs its kernels on ``x / scale`` with a
 metric diagonal in the model's Fourier latent. Here the latent is real-space, where
@@ -42,6 +60,7 @@ is the identity for the non-centred latent.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -63,13 +82,16 @@ class ShardedGaussianTarget:
     Parameters
     ----------
     model : GaussianFieldModel
-        Non-centred, no sampled hyperparameters, identity forward model.
+        Non-centred or conditional, identity forward model; sampled P(k)
+        hyperparameters allowed.
     data : array-like
         Observed data ``grid_shape`` (validated by the model).
     mesh : dtensor.Mesh, optional
         1-D mesh whose size divides ``n0`` and ``n1``; None runs on plain tensors.
     preconditioner : {"identity", "prior", "posterior"}
         The metric, as a map of the latent (module docs); ``prior`` is the identity.
+    hyper_scales : mapping, optional
+        ``{name: scale}`` of the sampled hyperparameters' latents (module docs; default 1).
 
     Raises
     ------
@@ -84,6 +106,7 @@ class ShardedGaussianTarget:
         data,
         mesh: dtensor.Mesh | None = None,
         preconditioner: str = "identity",
+        hyper_scales: Mapping[str, float] | None = None,
     ):
         if not isinstance(model, GaussianFieldModel):
             raise ValueError(f"needs a GaussianFieldModel, got {type(model).__name__}")
@@ -92,12 +115,21 @@ class ShardedGaussianTarget:
             preconditioner=preconditioner,
             forward_model=model.forward is not None,
             sampled_hyperparameters=bool(model.hyper_names),
+            sampled_cosmology=bool(set(model.power_hyper_names) - {"log_amplitude", "index"}),
             parametrisation=model.parametrization,
         )
         if reason is not None:
             raise ValueError(reason)
         self.model = model
         self.preconditioner = preconditioner
+        self.latent_names = tuple(model.latent_names)
+        self.hyper_names = tuple(model.hyper_names)
+        scales = dict(hyper_scales or {})
+        unknown = set(scales) - set(self.hyper_names)
+        if unknown:
+            raise ValueError(f"hyper_scales for unsampled parameters {sorted(unknown)}")
+        #: the whitening scale of each hyperparameter part (float64, host)
+        self.hyper_scales = tuple(float(scales.get(n, 1.0)) for n in self.hyper_names)
         self.mesh = mesh
         self.grid_shape = tuple(model.grid.grid_shape)
         self.dtype = model.dtype
@@ -105,17 +137,12 @@ class ShardedGaussianTarget:
             sharded.check_mesh(mesh, self.grid_shape)
         lc = model._likelihood_constants(model.check_data(data))
         np_dtype = self.dtype.as_numpy_dtype
-        s = model.signal_variance_np()
-        # c_k of the module docs (float64, host), or None: the identity metric
-        self._metric = None
-        if preconditioner == "posterior":
-            self._metric = 1.0 / np.sqrt(1.0 + s * model.noise_precision_mean)
-        sqrt_s = np.sqrt(s) if self._metric is None else np.sqrt(s) * self._metric
-        self._sqrt_s = self._put(sqrt_s[None].astype(np_dtype), spectrum=True)
-        if self._metric is not None:
-            # |A v|^2 = sum_k h_k c_k^2 |V_k|^2 (Parseval, ortho; h the Hermitian weights)
-            weighted = model.grid.hermitian_weights() * self._metric**2
-            self._prior_weights = self._put(weighted[None].astype(np_dtype), spectrum=True)
+        self._is_conditional = model.is_conditional
+        if self._is_conditional:
+            self._conditional_constants(model, data)
+        self._metric_constants(model, preconditioner)
+        if self.hyper_names or self._is_conditional:  # the power's grid terms, sharded
+            self._power_constants = self._spectrum_constants(model)
         self._data = self._put(lc["data"].numpy()[None].astype(np_dtype))
         # float64 weights (the likelihood's constants hold them in the model dtype)
         lik = model.likelihood
@@ -130,6 +157,65 @@ class ShardedGaussianTarget:
             return tf.constant(value)
         layout = sharded.spectrum_layout if spectrum else sharded.slab_layout
         return sharded.shard(value, layout(self.mesh))
+
+    def _spectrum_constants(self, model: GaussianFieldModel) -> dict[str, tf.Tensor]:
+        """The power spectrum's grid terms and ``is_pos`` (half-spectrum arrays in the
+        spectrum layout, others replicated), floats as float64."""
+        half = (self.grid_shape[0], self.grid_shape[1], self.grid_shape[2] // 2 + 1)
+        terms = {**model._power_terms_np(), "is_pos": model.grid.kmag() > 0}
+        out = {}
+        for name, value in terms.items():
+            value = np.asarray(value)
+            if np.issubdtype(value.dtype, np.floating):
+                value = value.astype(np.float64)
+            if self.mesh is None:
+                out[name] = tf.constant(value)
+            elif value.shape == half:
+                dim = self.mesh.dim_names[0]
+                layout = dtensor.Layout([dtensor.UNSHARDED, dim, dtensor.UNSHARDED], self.mesh)
+                out[name] = sharded.shard(value, layout)
+            else:
+                out[name] = sharded.shard(value, dtensor.Layout.replicated(self.mesh, value.ndim))
+        return out
+
+    def _metric_constants(self, model: GaussianFieldModel, preconditioner: str) -> None:
+        """The fiducial :math:`\\sqrt{s_k}` and the metric's :math:`c_k` (module docs)."""
+        np_dtype = self.dtype.as_numpy_dtype
+        s = model.signal_variance_np()
+        # c_k (float64, host), or None: the identity metric (also the posterior metric of
+        # the conditional latent, white a posteriori already)
+        self._metric = None
+        if preconditioner == "posterior" and not self._is_conditional:
+            self._metric = 1.0 / np.sqrt(1.0 + s * model.noise_precision_mean)
+        sqrt_s = np.sqrt(s) if self._metric is None else np.sqrt(s) * self._metric
+        self._sqrt_s = self._put(sqrt_s[None].astype(np_dtype), spectrum=True)
+        if self._metric is not None:
+            if self.hyper_names:  # times sqrt(s_k(theta)) in the graph
+                self._metric_t = self._put(self._metric[None], spectrum=True)
+            # |A v|^2 = sum_k h_k c_k^2 |V_k|^2 (Parseval, ortho; h the Hermitian weights)
+            weighted = model.grid.hermitian_weights() * self._metric**2
+            self._prior_weights = self._put(weighted[None].astype(np_dtype), spectrum=True)
+
+    def _conditional_constants(self, model: GaussianFieldModel, data) -> None:
+        """What the conditional parametrisation reads (spectrum layout): the Hermitian
+        weights, the fiducial ``s_k`` (fixed hyperparameters) and, for ``conditional``,
+        the noise-weighted data modes :math:`\\tilde b` (module docs of
+        :mod:`fieldhmc.models.field_model`)."""
+        if np.any(np.asarray(getattr(model, "linear_gain", 1.0)) != 1.0):
+            raise ValueError("the mesh's conditional latent assumes the identity forward model")
+        dtype = self.dtype.as_numpy_dtype
+        h = model.grid.hermitian_weights()
+        self._hermitian = self._put(h[None].astype(dtype), spectrum=True)
+        self._hermitian64 = self._put(h[None].astype(np.float64), spectrum=True)
+        self._s_fixed = self._put(model.signal_variance_np()[None], spectrum=True)
+        self._noise_precision = float(model._surrogate_noise_precision())
+        self._surrogate = None
+        if model.parametrization == "conditional":
+            b = model._surrogate_data_constants(model.check_data(data))
+            self._surrogate = tuple(
+                self._put(b[k].numpy()[None], spectrum=True)
+                for k in ("surrogate_re", "surrogate_im")
+            )
 
     def shard(self, field) -> tf.Tensor:
         """Lay out a host array ``[chains, *grid_shape]`` as the target expects."""
@@ -146,39 +232,138 @@ class ShardedGaussianTarget:
         return sharded.irfft3d(z, self.mesh, fft_length=self.grid_shape, norm="ortho")
 
     # --- densities -----------------------------------------------------------------------
-    def delta(self, xi: tf.Tensor) -> tf.Tensor:
-        """:math:`\\delta` of the latent (:math:`\\xi`, or :math:`v` when preconditioned),
-        ``[chains, *grid_shape]`` in its layout."""
-        return self._delta_of_modes(self._rfft(xi))
+    def _split(self, parts) -> tuple[list, tf.Tensor]:
+        """``(hyperparameter parts, field)`` of a state (a list of parts, or the field)."""
+        if tf.is_tensor(parts):
+            parts = [parts]
+        parts = list(parts)
+        if len(parts) != len(self.latent_names):
+            raise ValueError(f"expected parts {self.latent_names}, got {len(parts)}")
+        return parts[:-1], parts[-1]
 
-    def _delta_of_modes(self, modes: tf.Tensor) -> tf.Tensor:
-        return self._irfft(modes * tf.cast(self._sqrt_s, self._rfft_dtype))
+    def hyperparameters(self, hyper_parts) -> dict[str, tf.Tensor]:
+        """The model's latent :math:`u = \\sigma_u v` of each hyperparameter part (state dtype)."""
+        return {
+            name: v * scale
+            for name, v, scale in zip(self.hyper_names, hyper_parts, self.hyper_scales, strict=True)
+        }
+
+    def _field_scale(self, u: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        """:math:`\\sqrt{s_k}` (times :math:`c_k` when preconditioned), ``[1 or chains,
+        n0, n1, m]`` in the state dtype and the spectrum layout."""
+        if not self.hyper_names:
+            return self._sqrt_s
+        hp = {name: self.model._physical(name, value) for name, value in u.items()}
+        c = self._power_constants
+        s = self.model._signal_variance(hp, c)  # float64 [chains, n0, n1, m]
+        is_pos = c["is_pos"]
+        # sqrt where s > 0 only: its gradient at s = 0 (the mean mode) is infinite
+        root = tf.where(is_pos, tf.sqrt(tf.where(is_pos, s, tf.ones_like(s))), tf.zeros_like(s))
+        if self._metric is not None:
+            root = root * self._metric_t
+        return tf.cast(root, self.dtype)
+
+    def delta(self, parts) -> tf.Tensor:
+        """:math:`\\delta` of a state (the latent :math:`\\xi`, or :math:`v` when
+        preconditioned; with sampled hyperparameters the list of parts),
+        ``[chains, *grid_shape]`` in its layout."""
+        hyper, xi = self._split(parts)
+        u = self.hyperparameters(hyper)
+        if self._is_conditional:
+            return self._irfft(self._conditional(u, self._rfft(xi))[0])
+        return self._delta_of_modes(self._rfft(xi), self._field_scale(u))
+
+    def _conditional(self, u: Mapping[str, tf.Tensor], z: tf.Tensor) -> tuple:
+        """The conditional parametrisation (``FieldModel._conditional_modes`` and
+        ``_log_prior_conditional`` on the spectrum layout): :math:`\\delta`'s modes
+        :math:`\\mu_k + \\sqrt{w_k} Z_k` and the float64 ``[chains]`` log prior of the
+        latent (its :math:`N/2 \\ln 2\\pi` left out), ``z`` = rfft3d(latent, ortho)."""
+        c = self._power_constants
+        if self.hyper_names:
+            hp = {name: self.model._physical(name, value) for name, value in u.items()}
+            s = self.model._signal_variance(hp, c)  # float64 [chains, n0, n1, m]
+        else:
+            s = self._s_fixed
+        is_pos = c["is_pos"]
+        q = s * self._noise_precision  # the identity forward model: R = 1
+        one = tf.ones_like(s)
+        # sqrt only where s > 0: its gradient at the mean mode (s = 0) is infinite
+        root = tf.where(is_pos, tf.sqrt(tf.where(is_pos, s / (1.0 + q), one)), 0.0 * one)
+        root_s = tf.where(is_pos, tf.sqrt(tf.where(is_pos, s, one)), 0.0 * one)
+        re, im = tf.math.real(z), tf.math.imag(z)
+        a = tf.cast(tf.math.rsqrt(1.0 + q), self.dtype)
+        scale = tf.cast(root, self.dtype)
+        d_re, d_im, p_re, p_im = re * scale, im * scale, re * a, im * a
+        if self._surrogate is not None:
+            b_re, b_im = self._surrogate
+            coef = tf.cast(s / (1.0 + q), self.dtype)  # w R
+            prior_coef = tf.cast(root_s / (1.0 + q), self.dtype)
+            d_re, d_im = d_re + coef * b_re, d_im + coef * b_im
+            p_re, p_im = p_re + prior_coef * b_re, p_im + prior_coef * b_im
+        power = self._hermitian * (tf.square(p_re) + tf.square(p_im))
+        quad = tf.reduce_sum(tf.cast(power, tf.float64), axis=[1, 2, 3])
+        log_det = tf.reduce_sum(self._hermitian64 * tf.math.log1p(q), axis=[1, 2, 3])
+        return tf.complex(d_re, d_im), -0.5 * quad - 0.5 * log_det
+
+    def _delta_of_modes(self, modes: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
+        if not self.hyper_names:  # a constant scale
+            return self._irfft(modes * tf.cast(scale, self._rfft_dtype))
+        # tf.complex, not a cast: the Cast gradient back to real warns at every trace
+        return self._irfft(tf.complex(tf.math.real(modes) * scale, tf.math.imag(modes) * scale))
 
     @property
     def _rfft_dtype(self) -> tf.DType:
         return tf.complex64 if self.dtype == tf.float32 else tf.complex128
 
-    def __call__(self, xi: tf.Tensor) -> tf.Tensor:
-        """float64 ``[chains]`` log posterior density (unnormalised by the evidence)."""
-        if self._metric is None:
-            delta = self.delta(xi)
+    def __call__(self, *parts: tf.Tensor) -> tf.Tensor:
+        """float64 ``[chains]`` log posterior density (unnormalised by the evidence) of the
+        parts in ``latent_names`` order."""
+        hyper, xi = self._split(parts)
+        u = self.hyperparameters(hyper)
+        if self._is_conditional:
+            delta_modes, log_prior = self._conditional(u, self._rfft(xi))
+            delta = self._irfft(delta_modes)
+            prior = -2.0 * log_prior  # as the other branches' (-0.5 prior)
+        elif self._metric is None:
+            scale = self._field_scale(u)
+            delta = self._delta_of_modes(self._rfft(xi), scale)
             prior = tf.reduce_sum(tf.square(tf.cast(xi, tf.float64)), axis=[1, 2, 3])
         else:
             modes = self._rfft(xi)
-            delta = self._delta_of_modes(modes)
+            delta = self._delta_of_modes(modes, self._field_scale(u))
             power = tf.math.real(modes) ** 2 + tf.math.imag(modes) ** 2
             prior = tf.reduce_sum(tf.cast(self._prior_weights * power, tf.float64), axis=[1, 2, 3])
         residual = tf.cast(self._data - delta, tf.float64)
         quad = tf.reduce_sum(self._weights * tf.square(residual), axis=[1, 2, 3])
         const = self._log_norm - 0.5 * self._num_cells * _LOG_2PI
-        return -0.5 * prior - 0.5 * quad + tf.constant(const, tf.float64)
+        lp = -0.5 * prior - 0.5 * quad + tf.constant(const, tf.float64)
+        if not self.hyper_names:
+            return lp
+        lp = lp + self.model._log_prior_hypers(u)
+        support = self.model._in_support(
+            {name: self.model._physical(name, value) for name, value in u.items()}
+        )
+        return lp if support is None else tf.where(support, lp, tf.constant(-np.inf, tf.float64))
 
     def value_and_gradient(self, xi: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """``(log p [chains] float64, d log p / d xi)`` in the layout of ``xi``."""
+        """``(log p [chains] float64, d log p / d xi)`` in the layout of ``xi`` (fixed
+        hyperparameters; :meth:`value_and_gradients` for a state of several parts)."""
+        if self.hyper_names:
+            raise ValueError("sampled hyperparameters: the state is a list of parts")
         with tf.GradientTape() as tape:
             tape.watch(xi)
             lp = self(xi)
         return lp, tape.gradient(lp, xi)
+
+    def value_and_gradients(self, parts) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """``(log p [chains] float64, [d log p / d part, ...])`` of the parts in
+        ``latent_names`` order, each gradient in its part's layout."""
+        parts = list(parts)
+        with tf.GradientTape() as tape:
+            for p in parts:
+                tape.watch(p)
+            lp = self(*parts)
+        return lp, tape.gradient(lp, parts)
 
     # --- single-device bridges --------------------------------------------------------------
     def model_latent(self, xi: np.ndarray) -> np.ndarray:
@@ -189,6 +374,20 @@ class ShardedGaussianTarget:
         if self._metric is not None:
             modes = modes * tf.constant(self._metric, modes.dtype)
         return self.model.packing.real_from_modes(modes).numpy()
+
+    def model_latents(self, parts) -> list[np.ndarray]:
+        """The model's latents (``latent_names`` order, float64 host arrays) of host
+        draws of this target's parts: :math:`u = \\sigma_u v` and :meth:`model_latent`."""
+        *hyper, xi = (np.asarray(p) for p in parts)
+        scales = self.hyper_scales
+        out = [v.astype(np.float64) * scale for v, scale in zip(hyper, scales, strict=True)]
+        return [*out, self.model_latent(xi)]
+
+    def state_from_model(self, latents) -> list[np.ndarray]:
+        """Inverse of :meth:`model_latents`: this target's parts of the model's latents."""
+        *hyper, x = (np.asarray(p, np.float64) for p in latents)
+        out = [u / scale for u, scale in zip(hyper, self.hyper_scales, strict=True)]
+        return [*out, self.latent_from_model(x)]
 
     def latent_from_model(self, x: np.ndarray) -> np.ndarray:
         """Inverse of :meth:`model_latent`."""

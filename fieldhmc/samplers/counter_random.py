@@ -30,6 +30,7 @@ __all__ = [
     "global_index",
     "index_normal",
     "key",
+    "scalar_part_indices",
     "seed_int",
     "splitmix64",
     "step_key",
@@ -122,6 +123,23 @@ def global_index(shape: tuple[int, ...], mesh: dtensor.Mesh | None) -> tf.Tensor
     return ((parts[0] + parts[1]) + parts[2]) + parts[3]
 
 
+def scalar_part_indices(shape: tuple[int, ...], num_parts: int, mesh) -> list[tf.Tensor]:
+    """uint64 ``[chains]`` global indices of ``num_parts`` state parts ``[chains]`` (sampled
+    hyperparameters) next to a field ``shape`` ``[chains, n0, n1, n2]``: past the field's
+    indices, ``chains`` per part, replicated on ``mesh``. Their normals are independent
+    of the field's and do not depend on the mesh."""
+    chains = int(shape[0])
+    first = int(np.prod([int(n) for n in shape]))
+    out = []
+    for j in range(num_parts):
+        index = np.arange(first + j * chains, first + (j + 1) * chains, dtype=np.uint64)
+        t = tf.constant(index)
+        if mesh is not None:
+            t = dtensor.copy_to_mesh(t, dtensor.Layout.replicated(mesh, 1))
+        out.append(t)
+    return out
+
+
 class CounterDraws:
     """Mesh-invariant draws of one run: SplitMix64 of ``key(seed, stream, step)`` and the
     global index.
@@ -130,9 +148,12 @@ class CounterDraws:
     into normals with :meth:`normal`; uniforms are computed eagerly (replicated).
     """
 
-    def __init__(self, seed: int, shape: tuple[int, ...], dtype: tf.DType, mesh):
+    def __init__(
+        self, seed: int, shape: tuple[int, ...], dtype: tf.DType, mesh, num_scalar_parts: int = 0
+    ):
         self._dtype = dtype
         self._index = global_index(shape, mesh)
+        self._scalar_indices = scalar_part_indices(shape, num_scalar_parts, mesh)
         self._chains = np.arange(shape[0], dtype=np.uint64)
         self._bases = self._bases_of(seed)
 
@@ -172,5 +193,10 @@ class CounterDraws:
         return uniform53(splitmix64(self.key(ACCEPT, step) + tf.constant(self._chains)))
 
     def normal(self, noise: tf.Tensor) -> tf.Tensor:
-        """Standard normals of the state's shape and layout (inside compiled code)."""
+        """Standard normals of the field's shape and layout (inside compiled code)."""
         return index_normal(self._index, noise, self._dtype)
+
+    def normals(self, noise: tf.Tensor) -> list[tf.Tensor]:
+        """Standard normals of every part of the state: the scalar parts, then the field."""
+        scalars = [index_normal(i, noise, self._dtype) for i in self._scalar_indices]
+        return [*scalars, self.normal(noise)]

@@ -56,6 +56,7 @@ from fieldhmc.samplers.counter_random import (
     base_key,
     global_index,
     index_normal,
+    scalar_part_indices,
     seed_int,
     splitmix64,
     step_key,
@@ -75,7 +76,7 @@ from fieldhmc.samplers.kinds import default_target_accept_prob
 from fieldhmc.samplers.kinds.families import MicrocanonicalKind
 from fieldhmc.samplers.reductions import host as _host
 from fieldhmc.samplers.reductions import replicate as _replicate
-from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonical, ShardedMicrocanonicalResults
+from fieldhmc.samplers.sharded_mclmc import ShardedMicrocanonical
 
 __all__ = [
     "ShardedFieldOutputs",
@@ -89,22 +90,30 @@ __all__ = [
 
 
 def make_hmc_transition(
-    value_and_gradient_fn: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]],
+    value_and_gradients_fn: Callable[[list], tuple[tf.Tensor, list]],
     shape: tuple[int, ...],
     dtype: tf.DType,
     *,
     num_leapfrog_steps: int,
     mesh: dtensor.Mesh | None = None,
     jitter_leapfrog: bool = False,
+    num_scalar_parts: int = 0,
 ) -> Callable:
     """One compiled Metropolis-adjusted HMC transition on a (possibly sharded) state.
 
+    The state is a list of parts: ``num_scalar_parts`` tensors ``[chains]`` (replicated
+    on the mesh: sampled hyperparameters), then the field ``shape``. Kinetic energies are
+    float64 sums over every part; each part's momenta are counter-based normals of their
+    own global indices (the field's ``[0, chains N)``, then ``chains`` more per scalar
+    part), so they do not depend on the mesh and the field's draws do not depend on the
+    scalar parts.
+
     Parameters
     ----------
-    value_and_gradient_fn : callable
-        ``x -> (log p float64 [chains], grad like x)``.
+    value_and_gradients_fn : callable
+        ``parts -> (log p float64 [chains], [grad like part, ...])``.
     shape : tuple of int
-        ``(chains, n0, n1, n2)``.
+        The field's ``(chains, n0, n1, n2)``.
     dtype : tf.DType
         State dtype.
     num_leapfrog_steps : int
@@ -115,12 +124,14 @@ def make_hmc_transition(
         Return the transition for a count given per call (the jittered HMC of
         :class:`fieldhmc.samplers.kernels.JitteredHamiltonianMonteCarlo`): one compiled
         leapfrog step called ``num_steps`` times, its last ``num_steps`` argument.
+    num_scalar_parts : int
+        Parts ``[chains]`` before the field.
 
     Returns
     -------
     callable
-        ``one_step(x, lp, grad, step_size, momentum_base, accept_base, step) ->
-        (x, lp, grad, energy, energy_error, is_accepted)``: ``step_size`` a scalar of
+        ``one_step(parts, lp, grads, step_size, momentum_base, accept_base, step) ->
+        (parts, lp, grads, energy, energy_error, is_accepted)``: ``step_size`` a scalar of
         ``dtype``, the two bases uint64 scalars
         (:func:`~fieldhmc.samplers.counter_random.base_key`), ``step`` int64;
         ``energy`` is :math:`-\\log p(x_{t-1}) + K(p_0)`, ``energy_error``
@@ -128,64 +139,77 @@ def make_hmc_transition(
     """
     if num_leapfrog_steps < 1:
         raise ValueError(f"num_leapfrog_steps must be >= 1, got {num_leapfrog_steps}")
-    index = global_index(tuple(int(n) for n in shape), mesh)
-    chains = int(shape[0])
+    shape = tuple(int(n) for n in shape)
+    chains = shape[0]
     chain_index = _replicate(np.arange(chains, dtype=np.uint64), mesh)
+    indices = [*scalar_part_indices(shape, num_scalar_parts, mesh), global_index(shape, mesh)]
 
-    def kinetic(p):
-        return 0.5 * tf.reduce_sum(tf.square(tf.cast(p, tf.float64)), axis=[1, 2, 3])
+    def kinetic(ps):
+        # the field's sum first: without scalar parts the energy is what it always was
+        total = 0.5 * tf.reduce_sum(tf.square(tf.cast(ps[-1], tf.float64)), axis=[1, 2, 3])
+        for p in ps[:-1]:
+            total = total + 0.5 * tf.square(tf.cast(p, tf.float64))
+        return total
+
+    def select(accept, new, old):
+        return [
+            tf.where(tf.reshape(accept, [chains] + [1] * (n.shape.rank - 1)), n, o)
+            for n, o in zip(new, old, strict=True)
+        ]
 
     # The transition in three pieces, written once: unrolled into one compiled function
     # for a fixed count, called from Python per leapfrog step for a jittered one.
-    def begin(lp, grad, step_size, momentum_base, step):
+    def begin(lp, grads, step_size, momentum_base, step):
         eps = tf.cast(step_size, dtype)
-        p = index_normal(index, step_key(momentum_base, step), dtype)
-        return p + (0.5 * eps) * grad, -lp + kinetic(p)  # half kick, H0
+        key = step_key(momentum_base, step)
+        ps = [index_normal(index, key, dtype) for index in indices]
+        h0 = -lp + kinetic(ps)
+        return [p + (0.5 * eps) * g for p, g in zip(ps, grads, strict=True)], h0  # half kick
 
-    def leapfrog(x, p, step_size, is_last: bool):
+    def leapfrog(xs, ps, step_size, is_last: bool):
         eps = tf.cast(step_size, dtype)
-        x = x + eps * p
-        lp, g = value_and_gradient_fn(x)
-        return x, p + ((0.5 * eps) if is_last else eps) * g, lp, g
+        xs = [x + eps * p for x, p in zip(xs, ps, strict=True)]
+        lp, gs = value_and_gradients_fn(xs)
+        kick = (0.5 * eps) if is_last else eps
+        return xs, [p + kick * g for p, g in zip(ps, gs, strict=True)], lp, gs
 
-    def end(x, lp, grad, xn, pn, lpn, gn, h0, accept_base, step):
+    def end(xs, lp, grads, xn, pn, lpn, gn, h0, accept_base, step):
         h1 = -lpn + kinetic(pn)
         uniform = uniform53(splitmix64(step_key(accept_base, step) + chain_index))
         log_u = tf.math.log(1.0 - uniform)
         energy_error = h1 - h0
         accept = log_u < -tf.where(tf.math.is_finite(energy_error), energy_error, np.inf)
-        mask = tf.reshape(accept, [chains, 1, 1, 1])
         return (
-            tf.where(mask, xn, x),
+            select(accept, xn, xs),
             tf.where(accept, lpn, lp),
-            tf.where(mask, gn, grad),
+            select(accept, gn, grads),
             h0,
             energy_error,
             accept,
         )
 
     @tf.function(autograph=False)
-    def one_step(x, lp, grad, step_size, momentum_base, accept_base, step):
-        pn, h0 = begin(lp, grad, step_size, momentum_base, step)
-        xn, gn, lpn = x, grad, lp
+    def one_step(xs, lp, grads, step_size, momentum_base, accept_base, step):
+        pn, h0 = begin(lp, grads, step_size, momentum_base, step)
+        xn, gn, lpn = xs, grads, lp
         for i in range(num_leapfrog_steps):
             xn, pn, lpn, gn = leapfrog(xn, pn, step_size, i == num_leapfrog_steps - 1)
-        return end(x, lp, grad, xn, pn, lpn, gn, h0, accept_base, step)
+        return end(xs, lp, grads, xn, pn, lpn, gn, h0, accept_base, step)
 
     if not jitter_leapfrog:
         return one_step
 
     compile_fn = functools.partial(tf.function, autograph=False)
     begin_c, end_c = compile_fn(begin), compile_fn(end)
-    kick = compile_fn(lambda x, p, eps: leapfrog(x, p, eps, False))
-    last_kick = compile_fn(lambda x, p, eps: leapfrog(x, p, eps, True))
+    kick = compile_fn(lambda xs, ps, eps: leapfrog(xs, ps, eps, False))
+    last_kick = compile_fn(lambda xs, ps, eps: leapfrog(xs, ps, eps, True))
 
-    def jittered_step(x, lp, grad, step_size, momentum_base, accept_base, step, num_steps):
-        pn, h0 = begin_c(lp, grad, step_size, momentum_base, step)
-        xn = x
+    def jittered_step(xs, lp, grads, step_size, momentum_base, accept_base, step, num_steps):
+        pn, h0 = begin_c(lp, grads, step_size, momentum_base, step)
+        xn = xs
         for i in range(num_steps):
             xn, pn, lpn, gn = (last_kick if i == num_steps - 1 else kick)(xn, pn, step_size)
-        return end_c(x, lp, grad, xn, pn, lpn, gn, h0, accept_base, step)
+        return end_c(xs, lp, grads, xn, pn, lpn, gn, h0, accept_base, step)
 
     return jittered_step
 
@@ -257,22 +281,27 @@ def run_sharded_hmc(
         raise ValueError("need num_leapfrog_steps >= 1, num_results >= 1, num_burnin_steps >= 0")
     shape = tuple(int(n) for n in init_state.shape)
     dtype = init_state.dtype
+
+    def value_and_gradients(parts):
+        lp, grad = value_and_gradient_fn(parts[0])
+        return lp, [grad]
+
     one_step = make_hmc_transition(
-        value_and_gradient_fn, shape, dtype, num_leapfrog_steps=num_leapfrog_steps, mesh=mesh
+        value_and_gradients, shape, dtype, num_leapfrog_steps=num_leapfrog_steps, mesh=mesh
     )
     eps = _replicate(tf.constant(step_size, dtype), mesh)
     bases = base_key(seed, MOMENTUM), base_key(seed, ACCEPT_HMC)
-    x = init_state
-    lp, grad = tf.function(value_and_gradient_fn, autograph=False)(x)
+    xs = [init_state]
+    lp, grads = tf.function(value_and_gradients, autograph=False)(xs)
     lps, accepts, records = [], [], []
     for t in range(num_burnin_steps + num_results):
-        x, lp, grad, _, _, accept = one_step(x, lp, grad, eps, *bases, tf.constant(t, tf.int64))
+        xs, lp, grads, _, _, accept = one_step(xs, lp, grads, eps, *bases, tf.constant(t, tf.int64))
         if t >= num_burnin_steps:
             lps.append(_host(lp))
             accepts.append(_host(accept))
             if record_fn is not None:
-                records.append(record_fn(x))
-    return ShardedHMCResult(x, np.stack(lps), np.stack(accepts), records)
+                records.append(record_fn(xs[0]))
+    return ShardedHMCResult(xs[0], np.stack(lps), np.stack(accepts), records)
 
 
 # --- the driver's sharded sampler -------------------------------------------------------------
@@ -283,8 +312,8 @@ class ShardedHMCResults(NamedTuple):
     ----------
     target_log_prob : tf.Tensor
         float64 ``[chains]`` (replicated) at the current state.
-    grad_target_log_prob : tf.Tensor
-        Its gradient, ``[chains, *grid]`` in slabs.
+    grad_target_log_prob : list of tf.Tensor
+        Its gradient per part (the field's ``[chains, *grid]`` in slabs).
     new_step_size : tf.Tensor
         Scalar: the leapfrog step the next transition uses (TFP's name).
     error_sum, log_averaging_step : tf.Tensor
@@ -357,7 +386,7 @@ class _MeshHMC(tfp.mcmc.TransitionKernel):
             current_state,
             r.target_log_prob,
             r.grad_target_log_prob,
-            tf.cast(eps, current_state.dtype),
+            tf.cast(eps, current_state[-1].dtype),
             *self._bases,
             step,
             *extra,
@@ -454,8 +483,8 @@ class ShardedSampler(Sampler):
         random: str = "counter",
     ):
         runner = MeshChunkRunner(target, settings, field_outputs, random)
-        ones = np.ones((), target.dtype.as_numpy_dtype)
-        super().__init__(target, settings, ("field",), [ones], field_outputs, runner=runner)
+        ones = [np.ones((), target.dtype.as_numpy_dtype)] * len(target.latent_names)
+        super().__init__(target, settings, target.latent_names, ones, field_outputs, runner=runner)
         self.target = target
         self.mesh = target.mesh
 
@@ -479,10 +508,13 @@ class MeshChunkRunner:
         The log density on the mesh (or on plain tensors, ``target.mesh = None``:
         the single-device reference).
     settings : SamplerSettings
-        ``kind`` ``"hmc"``, ``"mclmc"`` or ``"mams"``; no jitter, no diagonal
-        adaptation. ``hmc``: :func:`make_hmc_transition`, the step size adapted during
-        warm-up by dual averaging toward ``target_accept_prob`` (as the single-device
-        ``hmc``: TFP's ``DualAveragingStepSizeAdaptation``), ``num_leapfrog_steps`` fixed.
+        ``kind`` ``"hmc"``, ``"mclmc"`` or ``"mams"``; no diagonal adaptation. With
+        sampled hyperparameters the state is the target's parts (``[chains]`` each before
+        the field) and their model latents are traced as scalars, as on one device.
+        ``hmc`` (fixed or jittered leapfrog count): :func:`make_hmc_transition`, the step
+        size adapted during warm-up by dual averaging toward ``target_accept_prob`` (as the
+        single-device ``hmc``: TFP's ``DualAveragingStepSizeAdaptation``),
+        ``num_leapfrog_steps`` fixed (or, jittered, drawn per transition).
         ``mclmc`` / ``mams``: :class:`fieldhmc.samplers.sharded_mclmc.ShardedMicrocanonical`,
         the kernels of :mod:`fieldhmc.samplers.mclmc` with their staged tuners (step
         size and ``L``) during warm-up; ``step_size``, ``trajectory_length``,
@@ -508,6 +540,7 @@ class MeshChunkRunner:
             preconditioner="diagonal" if settings.adapt_diagonal else "identity",
             jitter_leapfrog=settings.jitter_leapfrog,
             step_size_jitter=settings.step_size_jitter,
+            sampled_hyperparameters=bool(target.hyper_names),
         )
         if reason is not None:
             raise ValueError(reason)
@@ -517,12 +550,13 @@ class MeshChunkRunner:
         self.target = target
         self.mesh = target.mesh
         self._shape = (settings.num_chains, *target.grid_shape)
-        self._value_and_gradient = tf.function(target.value_and_gradient, autograph=False)
+        self._value_and_gradients = tf.function(target.value_and_gradients, autograph=False)
         self._micro = None
         if isinstance(settings.sampler_kind, MicrocanonicalKind):
+            hyper = len(target.hyper_names)
             self._micro = ShardedMicrocanonical(
                 settings.kind,
-                target.value_and_gradient,
+                target.value_and_gradients if hyper else target.value_and_gradient,
                 self._shape,
                 dtype,
                 self.mesh,
@@ -534,17 +568,19 @@ class MeshChunkRunner:
                 target_accept_prob=settings.target_accept_prob
                 or default_target_accept_prob(settings.kind),
                 random=random,
+                num_scalar_parts=hyper,
             )
         else:
             if random != "counter":
                 raise ValueError("random='philox' applies to kind mclmc / mams only")
             self._one_step = make_hmc_transition(
-                target.value_and_gradient,
+                target.value_and_gradients,
                 self._shape,
                 dtype,
                 num_leapfrog_steps=settings.num_leapfrog_steps,
                 mesh=self.mesh,
                 jitter_leapfrog=settings.jitter_leapfrog,
+                num_scalar_parts=len(target.hyper_names),
             )
         self._field_values = self._field_moments = None
         if field_outputs is not None:
@@ -562,36 +598,45 @@ class MeshChunkRunner:
         """The results' structure (for packing a checkpoint's arrays)."""
         del args
         if self._micro is not None:
-            return ShardedMicrocanonicalResults(*[0] * len(ShardedMicrocanonicalResults._fields))
-        return ShardedHMCResults(0, 0, 0, 0, 0)
+            return self._micro.template()
+        return ShardedHMCResults(0, [0] * len(self.target.latent_names), 0, 0, 0)
 
     def scales_tensors(self, scales, dtype):
         return None  # identity metric
 
     def fresh_state(self, init_state: Sequence[np.ndarray]) -> _RunState:
-        (x,) = (np.asarray(p) for p in init_state)
-        if x.shape != self._shape:
-            raise ValueError(f"initial state has shape {x.shape}, expected {self._shape}")
-        if not np.all(np.isfinite(x)):
-            raise ValueError("initial state of 'field' contains NaN or Inf")
-        x = x.astype(self.target.dtype.as_numpy_dtype)
-        xt = self._carry.place(x)
-        lp, grad = self._value_and_gradient(xt)
+        names = self.target.latent_names
+        parts = [np.asarray(p) for p in init_state]
+        if len(parts) != len(names):
+            raise ValueError(f"initial state has {len(parts)} parts, expected {names}")
+        np_dtype = self.target.dtype.as_numpy_dtype
+        for name, p in zip(names, parts, strict=True):
+            expected = self._shape if name == "field" else self._shape[:1]
+            if p.shape != expected:
+                raise ValueError(
+                    f"initial state of {name!r} has shape {p.shape}, expected {expected}"
+                )
+            if not np.all(np.isfinite(p)):
+                raise ValueError(f"initial state of {name!r} contains NaN or Inf")
+        parts = [p.astype(np_dtype) for p in parts]
+        xs = [self._carry.place(p) for p in parts]
+        lp, grads = self._value_and_gradients(xs)
         reference = _host(lp)
         if not np.all(np.isfinite(reference)):
             raise ValueError("the log density is not finite at the initial state")
         fw = _zero_welford([self.target.grid_shape] if self.field_outputs else [()])
         if self._micro is not None:
-            results = self._micro.bootstrap(xt, lp, grad, self._carry.place)
+            results = self._micro.bootstrap(xs, lp, list(grads), self._carry.place)
         else:
             zero = np.zeros((), np.float64)
             step_size = np.asarray(self.settings.step_size, np.float64)
-            results = ShardedHMCResults(lp, grad, step_size, zero, zero)
-        self._carry.load(x=[xt], results=results, fw=fw, lw=_zero_welford([]))
-        # The identity metric, of the field's shape (a view): what tuned_parameters reads
-        # the dimension of the microcanonical kinds' step size from.
-        ones = np.broadcast_to(np.ones((), x.dtype), self.target.grid_shape)
-        return _RunState(step=0, scales=[ones], reference=reference)
+            results = ShardedHMCResults(lp, list(grads), step_size, zero, zero)
+        self._carry.load(x=xs, results=results, fw=fw, lw=_zero_welford([]))
+        # The identity metric of each part (the field's a view of its shape): what
+        # tuned_parameters reads the dimension of the microcanonical kinds' step size from.
+        ones = np.ones((), np_dtype)
+        scales = [ones] * (len(parts) - 1) + [np.broadcast_to(ones, self.target.grid_shape)]
+        return _RunState(step=0, scales=scales, reference=reference)
 
     def _run_chunk(self, scales, reference, delta, seed, start, num_steps):
         """``num_steps`` transitions from the carried state (as the driver's chunk)."""
@@ -599,7 +644,7 @@ class MeshChunkRunner:
         s = self.settings
         key = seed_int(seed.numpy())
         carry = self._carry
-        (x,) = carry.read("x")
+        x = list(carry.read("x"))
         res = carry.read("results")
         fw = carry.read("fw")
         first = int(start.numpy())
@@ -636,7 +681,7 @@ class MeshChunkRunner:
             log_averaging_step=[tf.constant(_host(res.log_averaging_step))],
         )
         names = ("lp", "energy", "energy_error", "is_accepted", "step_size", "n_steps")
-        out = {name: [] for name in names}
+        out = {name: [] for name in (*names, *self.target.hyper_names)}
         stats = {name: [] for name in self._field_names()}
         fields = []
         for i in range(int(num_steps.numpy())):
@@ -648,8 +693,10 @@ class MeshChunkRunner:
             values.append(np.full(chains, r.num_leapfrog_steps, np.int32))
             for name, value in zip(names, values, strict=True):
                 out[name].append(value)
+            for name, value in zip(self.target.hyper_names, self._hyper_traces(x), strict=True):
+                out[name].append(value)
             fw = self._field_step(x, fw, step, stats, fields)
-        carry.assign("x", [x])
+        carry.assign("x", list(x))
         hyper = [da.new_step_size, da.error_sum[0], da.log_averaging_step[0]]
         r = da.inner_results
         carry.assign(
@@ -674,27 +721,35 @@ class MeshChunkRunner:
             "tree_depth": np.zeros((n, chains), np.int32),
             "energy_error": ee,
         }
+        bufs.update({name: np.stack(out[name]) for name in self.target.hyper_names})
         return self._chunk_outputs(bufs, stats, fields)
+
+    def _hyper_traces(self, parts) -> list[np.ndarray]:
+        """float64 ``[chains]`` of each hyperparameter's model latent (the single-device
+        driver traces its parts ``[chains]`` as scalars)."""
+        u = self.target.hyperparameters([tf.constant(_host(p)) for p in parts[:-1]])
+        return [np.asarray(u[name], np.float64) for name in self.target.hyper_names]
 
     def _run_microcanonical_chunk(self, scales, reference, delta, seed, start, num_steps):
         """``num_steps`` MCLMC / MAMS transitions from the carried state (as the driver's
         chunk): the tuner runs on the host between the compiled transitions."""
         del scales, reference, delta  # identity metric; the log density is float64
         carry = self._carry
-        (x,) = carry.read("x")
-        chain = self._micro.start(x, carry.read("results"), seed.numpy())
+        chain = self._micro.start(carry.read("x"), carry.read("results"), seed.numpy())
         fw = carry.read("fw")
-        out = {name: [] for name in STAT_NAMES}
+        hypers = self.target.hyper_names
+        out = {name: [] for name in (*STAT_NAMES, *hypers)}
         stats = {name: [] for name in self._field_names()}
         fields = []
         first = int(start.numpy())
         for i in range(int(num_steps.numpy())):
             step = first + i
             values = self._micro.one_step(chain, step)
-            for name in STAT_NAMES:
-                out[name].append(values[name])
+            values.update(zip(hypers, self._hyper_traces(chain.x), strict=True))
+            for name, trace in out.items():
+                trace.append(values[name])
             fw = self._field_step(chain.x, fw, step, stats, fields)
-        carry.assign("x", [chain.x])
+        carry.assign("x", list(chain.x))
         carry.assign("results", self._micro.results(chain, carry.place))
         carry.assign("fw", fw)
         bufs = {name: np.stack(v) for name, v in out.items()}
@@ -786,8 +841,8 @@ class MeshChunkRunner:
             return sharded.rfft3d(delta, mesh)
 
         @tf.function(autograph=False)
-        def field_values(x):
-            delta = target.delta(x)
+        def field_values(parts):
+            delta = target.delta(parts)
             modes = rfft(delta)  # [c, n0, n1, m]
             power2 = (tf.math.real(modes) ** 2 + tf.math.imag(modes) ** 2) * weights
             sums = tf.math.unsorted_segment_sum(tf.transpose(power2, [1, 2, 3, 0]), ids_t, nb + 1)

@@ -67,18 +67,18 @@ class ShardedMicrocanonicalResults(NamedTuple):
     ----------
     target_log_prob : tf.Tensor
         float64 ``[chains]`` at the current state.
-    grads_target_log_prob : tf.Tensor
-        Its gradient, ``[chains, *grid]`` in slabs.
-    velocity : tf.Tensor
-        MCLMC's unit velocity (jointly per chain), in slabs; a scalar for MAMS (which
+    grads_target_log_prob : list of tf.Tensor
+        Its gradient per part (the field's ``[chains, *grid]`` in slabs).
+    velocity : list of tf.Tensor or tf.Tensor
+        MCLMC's unit velocity (jointly per chain) per part; a scalar for MAMS (which
         draws a fresh one every transition).
     step_size, trajectory_length : tf.Tensor
         float64 scalars :math:`\\epsilon`, :math:`L` (BlackJAX units) of the next
         transition.
     tuning : tf.Tensor
         float64 ``[9]``, the tuner's scalars (:data:`TUNING_NAMES`).
-    mean, m2 : tf.Tensor
-        Step-size-weighted per-chain moments ``[chains, *grid]`` (state dtype, slabs)
+    mean, m2 : list of tf.Tensor
+        Step-size-weighted per-chain moments per part (state dtype, the field's in slabs)
         while the moment stage can still use them, scalars afterwards.
     buffer : tf.Tensor
         float64 ``[n3, chains, K]`` recorded coordinates of stage 3 (a scalar after it).
@@ -165,35 +165,45 @@ class PhiloxDraws:
     def normal(self, noise: tf.Tensor) -> tf.Tensor:
         return noise
 
+    def normals(self, noise: tf.Tensor) -> list[tf.Tensor]:
+        return [noise]
+
 
 def _dropped(t) -> bool:
-    """A field-sized tuner member the tuner no longer reads (stored as a scalar)."""
-    return t is None or (not isinstance(t, list) and t.shape.rank == 0)
+    """A field-sized tuner member the tuner no longer reads (stored as scalars)."""
+    if t is None:
+        return True
+    return all(p.shape.rank == 0 for p in (t if isinstance(t, list | tuple) else [t]))
 
 
-def mesh_field_ops(shape: tuple[int, ...], dtype: tf.DType, mesh):
-    """The staged tuners' field-sized operations for a state ``[chains, n0, n1, n2]`` in
-    x-slabs on ``mesh`` (or plain tensors): compiled DTensor functions called eagerly
-    from ``_tune``, their scalar inputs and outputs plain float64 tensors. The moments
-    and the buffer are skipped once the tuner dropped them (:meth:`ShardedMicrocanonical.one_step`)
-    and the moments while their weight is zero (which changes nothing).
+def mesh_field_ops(shape: tuple[int, ...], dtype: tf.DType, mesh, num_scalar_parts: int = 0):
+    """The staged tuners' field-sized operations for a state of ``num_scalar_parts`` parts
+    ``[chains]`` and a field ``[chains, n0, n1, n2]`` in x-slabs on ``mesh`` (or plain
+    tensors): compiled DTensor functions called eagerly from ``_tune``, their scalar
+    inputs and outputs plain float64 tensors. The moments and the buffer are skipped once
+    the tuner dropped them (:meth:`ShardedMicrocanonical.one_step`) and the moments while
+    their weight is zero (which changes nothing).
 
     Returns
     -------
-    (TunerFieldOps, subset, K)
-        The operations, the compiled ``x -> [chains, K]`` pick of the recorded
-        coordinates (``mclmc._subset``'s), and ``K``.
+    (TunerFieldOps, field_subset, K)
+        The operations (``record`` picks ``mclmc._subset``'s coordinates of the parts
+        concatenated per chain, scalars first), the compiled ``x -> [chains, K]`` pick of
+        the field's recorded coordinates, and ``K``.
     """
     chains, n0, n1, n2 = shape
-    dim = n0 * n1 * n2
+    m = int(num_scalar_parts)
+    dim = m + n0 * n1 * n2
     k = min(dim, mc._ESS_COORDINATES)
     stride = max(1, dim // k)
     num_recorded = len(range(0, dim, stride)[:k])
+    # the scalar parts' columns of the pick: part j is flat coordinate j of a chain
+    scalar_columns = {j: j // stride for j in range(m) if j % stride == 0 and j // stride < k}
 
     @tf.function(autograph=False)
     def subset_ids(index):
         # flat index j * stride -> j (j < K), every other cell -> K: mclmc._subset's picks
-        flat = tf.squeeze(tf.cast(index, tf.int64), axis=0)
+        flat = tf.squeeze(tf.cast(index, tf.int64), axis=0) + m
         q = flat // stride
         keep = (flat % stride == 0) & (q < num_recorded)
         return tf.where(keep, tf.cast(q, tf.int32), tf.constant(num_recorded, tf.int32))
@@ -201,21 +211,38 @@ def mesh_field_ops(shape: tuple[int, ...], dtype: tf.DType, mesh):
     ids = subset_ids(global_index((1, n0, n1, n2), mesh))
 
     @tf.function(autograph=False)
-    def subset(x):
+    def field_subset(x):
         picked = tf.math.unsorted_segment_sum(tf.transpose(x, [1, 2, 3, 0]), ids, k + 1)
         return tf.transpose(picked[:num_recorded])  # [chains, K]
 
-    @tf.function(autograph=False)
-    def update(mean, m2, x, frac, weight):
-        d = x - mean
-        new_mean = mean + tf.cast(frac, dtype) * d
-        return new_mean, m2 + tf.cast(weight, dtype) * d * (x - new_mean)
+    def subset(parts):
+        """Host ``[chains, K]`` of the recorded coordinates of the parts (or the field)."""
+        parts = [parts] if tf.is_tensor(parts) else list(parts)
+        row = host(field_subset(parts[-1]))
+        for j, column in scalar_columns.items():
+            row[:, column] = host(parts[j])
+        return row
 
     @tf.function(autograph=False)
-    def variance(mean, m2, w):
-        within = tf.reduce_mean(tf.cast(m2, tf.float64), axis=0) / w
-        between = tf.math.reduce_variance(tf.cast(mean, tf.float64), axis=0)
-        return tf.reduce_sum(within + between)
+    def update(means, m2s, xs, frac, weight):
+        new_means, new_m2s = [], []
+        for mean, m2, x in zip(means, m2s, xs, strict=True):
+            d = x - mean
+            new_mean = mean + tf.cast(frac, dtype) * d
+            new_means.append(new_mean)
+            new_m2s.append(m2 + tf.cast(weight, dtype) * d * (x - new_mean))
+        return new_means, new_m2s
+
+    @tf.function(autograph=False)
+    def variance(means, m2s, w):
+        # the field's sum first: without scalar parts the total is what it always was
+        total = None
+        for mean, m2 in zip(means[::-1], m2s[::-1], strict=True):
+            within = tf.reduce_mean(tf.cast(m2, tf.float64), axis=0) / w
+            between = tf.math.reduce_variance(tf.cast(mean, tf.float64), axis=0)
+            part = tf.reduce_sum(within + between)
+            total = part if total is None else total + part
+        return total
 
     def moments(tuning, x, weight):
         total = tuning.weight + weight
@@ -223,31 +250,53 @@ def mesh_field_ops(shape: tuple[int, ...], dtype: tf.DType, mesh):
             return tuning._replace(weight=total)
         one = tf.ones_like(total)
         frac = tf.where(total > 0, weight / tf.where(total > 0, total, one), 0.0 * one)
-        mean, m2 = update(tuning.mean[0], tuning.m2[0], x[0], frac, weight)
-        return tuning._replace(weight=total, mean=[mean], m2=[m2])
+        mean, m2 = update(list(tuning.mean), list(tuning.m2), list(x), frac, weight)
+        return tuning._replace(weight=total, mean=mean, m2=m2)
 
     def total_variance(tuning):
         if _dropped(tuning.mean):
             return tf.constant(np.nan, tf.float64)
         w = tf.where(tuning.weight > 0, tuning.weight, tf.ones_like(tuning.weight))
-        return tf.constant(host(variance(tuning.mean[0], tuning.m2[0], w)))
+        return tf.constant(host(variance(list(tuning.mean), list(tuning.m2), w)))
 
     def record(tuning, x, index):
         if _dropped(tuning.buffer):
             return tuning
-        return mc.write_buffer_row(tuning, tf.constant(host(subset(x[0]))), index)
+        return mc.write_buffer_row(tuning, tf.constant(subset(x)), index)
 
-    return mc.TunerFieldOps(moments, total_variance, record), subset, num_recorded
+    return mc.TunerFieldOps(moments, total_variance, record), field_subset, num_recorded
+
+
+def _check_random(random: str, mesh, num_scalar_parts: int) -> None:
+    if random not in ("counter", "philox"):
+        raise ValueError(f"random must be 'counter' or 'philox', got {random!r}")
+    if random == "philox" and mesh is not None:
+        raise ValueError("random='philox' (the single-device kernels' draws) needs mesh=None")
+    if random == "philox" and num_scalar_parts:
+        raise ValueError("random='philox' draws the field alone (no scalar parts)")
+
+
+def _of_parts(value_and_gradient_fn: Callable, num_scalar_parts: int) -> Callable:
+    """``parts -> (lp, grads)``: the callable itself with scalar parts, else the field's
+    ``x -> (lp, g)`` on the one-part list."""
+    if num_scalar_parts:
+        return value_and_gradient_fn
+
+    def of_parts(parts):
+        lp, g = value_and_gradient_fn(parts[0])
+        return lp, [g]
+
+    return of_parts
 
 
 @dataclass
 class _Chain:
     """A chunk's working state: device tensors and the tuner's float64 scalars."""
 
-    x: tf.Tensor
+    x: list
     lp: tf.Tensor
-    grad: tf.Tensor
-    velocity: tf.Tensor | None
+    grad: list
+    velocity: list | None
     eps: tf.Tensor
     length: tf.Tensor
     tuning: mc.MicrocanonicalTuning
@@ -256,15 +305,17 @@ class _Chain:
 
 class ShardedMicrocanonical:
     """The MCLMC / MAMS transition and staged tuner of :mod:`fieldhmc.samplers.mclmc` on
-    a (possibly sharded) state ``[chains, n0, n1, n2]``.
+    a (possibly sharded) state: ``num_scalar_parts`` parts ``[chains]`` (sampled
+    hyperparameters, replicated), then the field ``[chains, n0, n1, n2]``.
 
     Parameters
     ----------
     kind : {"mclmc", "mams"}
     value_and_gradient_fn : callable
-        ``x -> (log p float64 [chains], grad like x)``.
+        ``x -> (log p float64 [chains], grad like x)`` of the field alone; with
+        ``num_scalar_parts`` ``parts -> (log p, [grad like part, ...])`` of the list.
     shape : tuple of int
-        ``(chains, n0, n1, n2)``.
+        The field's ``(chains, n0, n1, n2)``.
     dtype : tf.DType
         State dtype.
     mesh : dtensor.Mesh or None
@@ -278,7 +329,10 @@ class ShardedMicrocanonical:
         MCLMC's bias tolerance; MAMS's dual-averaging target.
     random : {"counter", "philox"}
         :class:`~fieldhmc.samplers.counter_random.CounterDraws` (mesh-invariant) or
-        :class:`PhiloxDraws` (the single-device kernels' draws; ``mesh`` must be None).
+        :class:`PhiloxDraws` (the single-device kernels' draws; ``mesh`` must be None,
+        the field alone).
+    num_scalar_parts : int
+        Parts ``[chains]`` before the field.
     """
 
     def __init__(
@@ -296,22 +350,23 @@ class ShardedMicrocanonical:
         desired_energy_var: float = 5e-4,
         target_accept_prob: float = 0.9,
         random: str = "counter",
+        num_scalar_parts: int = 0,
     ):
         spec = kinds.get(kind)
         if not isinstance(spec, MicrocanonicalKind):
             raise ValueError(f"kind must be a microcanonical kind, got {kind!r}")
-        if random not in ("counter", "philox"):
-            raise ValueError(f"random must be 'counter' or 'philox', got {random!r}")
-        if random == "philox" and mesh is not None:
-            raise ValueError("random='philox' (the single-device kernels' draws) needs mesh=None")
+        _check_random(random, mesh, num_scalar_parts)
         self.kind = kind
         self.shape = tuple(int(n) for n in shape)
         self.dtype = dtype
         self.mesh = mesh
         self.random = random
-        self.dim = math.prod(self.shape[1:])
+        self.num_scalar_parts = int(num_scalar_parts)
+        self.dim = math.prod(self.shape[1:]) + self.num_scalar_parts
         root_d = math.sqrt(self.dim)
-        self.field_ops, self._subset_fn, self.num_recorded = mesh_field_ops(self.shape, dtype, mesh)
+        self.field_ops, self._subset_fn, self.num_recorded = mesh_field_ops(
+            self.shape, dtype, mesh, self.num_scalar_parts
+        )
         # The single-device kernel, for its tuner (_tune), stages and parameters; its
         # scalars are float64 here whatever the state dtype.
         self.kernel = spec.kernel_class()(
@@ -329,45 +384,36 @@ class ShardedMicrocanonical:
         self.stage_ends = self.kernel.stage_ends
         self.gradients_per_step = self.kernel.gradients_per_step
         self.buffer_steps = max(self.stage_ends[2] - self.stage_ends[1], 1)
-        self._vg = value_and_gradient_fn
+        self._vg = _of_parts(value_and_gradient_fn, self.num_scalar_parts)
         self._draws_template = (
             PhiloxDraws(np.zeros(2, np.int32), self.shape, dtype)
             if random == "philox"
-            else CounterDraws(0, self.shape, dtype, mesh)
+            else CounterDraws(0, self.shape, dtype, mesh, self.num_scalar_parts)
         )
         self._compile(integrator)
 
     # -- compiled pieces ---------------------------------------------------------------------
     def _compile(self, integrator: str):
-        vg = self._vg
+        integrate = mc.integrator_step(self._vg, integrator, self.dim, mc.dot64)
 
-        def value_and_grad(parts):
-            lp, g = vg(parts[0])
-            return lp, [g]
-
-        integrate = mc.integrator_step(value_and_grad, integrator, self.dim, mc.dot64)
-
-        def select(cond, new, old):
-            return mc._select(cond, [new], [old])[0]
-
-        # Normals from a chunk's noise tensor: the template's (draws of another seed
-        # share its global index; the seed is in the noise).
-        normal = self._draws_template.normal
+        # Normals of every part from a chunk's noise tensor: the template's (draws of
+        # another seed share its global indices; the seed is in the noise).
+        normals = self._draws_template.normals
 
         def unit(noise):
-            return mc._normalize([normal(noise)], mc.dot64)[0]
+            return mc._normalize(normals(noise), mc.dot64)
 
         @tf.function(autograph=False)
         def mclmc_step(x, u, g, lp, eps, nu, noise):
-            (x1,), u1, lp1, (g1,), dk = integrate([x], [u], [g], eps)
-            (u1,) = mc.partial_refresh(u1, [normal(noise)], nu, mc.dot64)
+            x1, u1, lp1, g1, dk = integrate(x, u, g, eps)
+            u1 = mc.partial_refresh(u1, normals(noise), nu, mc.dot64)
             energy_change = dk - lp1 + lp
-            finite = mc._all_finite([x1]) & tf.math.is_finite(lp1)
+            finite = mc._all_finite(x1) & tf.math.is_finite(lp1)
             finite = finite & tf.math.is_finite(energy_change)
             return (
-                select(finite, x1, x),
+                mc._select(finite, x1, x),
                 u1,
-                select(finite, g1, g),
+                mc._select(finite, g1, g),
                 tf.where(finite, lp1, lp),
                 tf.where(finite, energy_change, tf.zeros_like(energy_change)),
                 finite,
@@ -375,22 +421,26 @@ class ShardedMicrocanonical:
 
         @tf.function(autograph=False)
         def mams_integrate(x, u, g, eps, dk):
-            (x,), (u,), lp, (g,), d = integrate([x], [u], [g], eps)
+            x, u, lp, g, d = integrate(x, u, g, eps)
             return x, u, lp, g, dk + d
 
         @tf.function(autograph=False)
         def mams_finish(x, lp, lp0, dk):
             energy_change = dk - lp + lp0
-            finite = mc._all_finite([x]) & tf.math.is_finite(lp)
+            finite = mc._all_finite(x) & tf.math.is_finite(lp)
             return energy_change, finite & tf.math.is_finite(energy_change)
 
         @tf.function(autograph=False)
         def mams_select(accepted, x, x0, g, g0, lp, lp0):
-            return select(accepted, x, x0), select(accepted, g, g0), tf.where(accepted, lp, lp0)
+            return (
+                mc._select(accepted, x, x0),
+                mc._select(accepted, g, g0),
+                tf.where(accepted, lp, lp0),
+            )
 
         self._unit_velocity = tf.function(unit, autograph=False)
         self._replace_velocity = tf.function(
-            lambda u, finite, noise: select(finite, u, unit(noise)), autograph=False
+            lambda u, finite, noise: mc._select(finite, u, unit(noise)), autograph=False
         )
         self._mclmc_step = mclmc_step
         self._mams_integrate = mams_integrate
@@ -398,7 +448,8 @@ class ShardedMicrocanonical:
         self._mams_select = mams_select
 
     def _subset(self, x):
-        """Stage 3's recorded coordinates ``[chains, K]`` of ``x`` (== ``mclmc._subset``)."""
+        """Stage 3's recorded field coordinates ``[chains, K]`` of the field ``x`` (==
+        ``mclmc._subset`` without scalar parts)."""
         return self._subset_fn(x)
 
     def _draws(self, seed) -> object:
@@ -411,11 +462,20 @@ class ShardedMicrocanonical:
         return replicate(tf.constant(value), self.mesh)
 
     # -- state -------------------------------------------------------------------------------
-    def bootstrap(
-        self, x: tf.Tensor, lp: tf.Tensor, grad: tf.Tensor, place
-    ) -> ShardedMicrocanonicalResults:
-        """Results at a fresh state (``place``: host array -> its layout on the mesh);
-        the tuner's initial state is ``mclmc``'s bootstrap's."""
+    @property
+    def _part_shapes(self) -> list[tuple[int, ...]]:
+        return [self.shape[:1]] * self.num_scalar_parts + [self.shape]
+
+    def template(self) -> ShardedMicrocanonicalResults:
+        """The results' structure (for packing a checkpoint's arrays)."""
+        parts = [0] * len(self._part_shapes)
+        return ShardedMicrocanonicalResults(
+            0, parts, parts if self._langevin else 0, 0, 0, 0, parts, parts, 0
+        )
+
+    def bootstrap(self, x: list, lp: tf.Tensor, grad: list, place) -> ShardedMicrocanonicalResults:
+        """Results at a fresh state (parts ``x`` and their gradients; ``place``: host array
+        -> its layout on the mesh); the tuner's initial state is ``mclmc``'s bootstrap's."""
         zero = np.zeros((), self.dtype.as_numpy_dtype)
         if self._langevin:
             draws = self._draws(np.zeros(2, np.int32))
@@ -432,7 +492,7 @@ class ShardedMicrocanonical:
         )
         adapting = self.num_adaptation_steps > 0
         moments_needed = adapting and self.stage_ends[1] - self.stage_ends[0] > 0
-        field = np.zeros(self.shape, zero.dtype) if moments_needed else zero
+        moments = [np.zeros(sh, zero.dtype) if moments_needed else zero for sh in self._part_shapes]
         buffer = np.zeros((self.buffer_steps, self.shape[0], self.num_recorded))
         return ShardedMicrocanonicalResults(
             target_log_prob=lp,
@@ -441,26 +501,25 @@ class ShardedMicrocanonical:
             step_size=place(eps.numpy()),
             trajectory_length=place(self.kernel.parameters["trajectory_length"].numpy()),
             tuning=place(np.array([tuning[n] for n in TUNING_NAMES], np.float64)),
-            mean=place(field),
-            m2=place(field),
+            mean=[place(m) for m in moments],
+            m2=[place(m) for m in moments],
             buffer=place(buffer if adapting else np.zeros((), np.float64)),
         )
 
-    def start(self, x: tf.Tensor, results: ShardedMicrocanonicalResults, seed) -> _Chain:
-        """A chunk's working state from the carried results."""
+    def start(self, x: list, results: ShardedMicrocanonicalResults, seed) -> _Chain:
+        """A chunk's working state from the carried parts ``x`` and results."""
         scalars = [tf.constant(v) for v in host(results.tuning)]
         buffer = host(results.buffer)
-        mean, m2 = results.mean, results.m2
         tuning = mc.MicrocanonicalTuning(
             *scalars,
-            mean=mean if _dropped(mean) else [mean],
-            m2=m2 if _dropped(m2) else [m2],
+            mean=list(results.mean),
+            m2=list(results.m2),
             buffer=tf.constant(buffer),
         )
         return _Chain(
-            x=x,
+            x=list(x),
             lp=results.target_log_prob,
-            grad=results.grads_target_log_prob,
+            grad=list(results.grads_target_log_prob),
             velocity=results.velocity if self._langevin else None,
             eps=tf.constant(host(results.step_size)),
             length=tf.constant(host(results.trajectory_length)),
@@ -472,8 +531,10 @@ class ShardedMicrocanonical:
         """The carried results of a chunk's final working state."""
         zero = np.zeros((), self.dtype.as_numpy_dtype)
         tun = chain.tuning
-        mean = tun.mean if _dropped(tun.mean) else tun.mean[0]
-        m2 = tun.m2 if _dropped(tun.m2) else tun.m2[0]
+
+        def placed(parts):
+            return [p if tf.is_tensor(p) else place(p) for p in parts]
+
         return ShardedMicrocanonicalResults(
             target_log_prob=chain.lp,
             grads_target_log_prob=chain.grad,
@@ -481,8 +542,8 @@ class ShardedMicrocanonical:
             step_size=place(chain.eps.numpy()),
             trajectory_length=place(chain.length.numpy()),
             tuning=place(np.array([float(getattr(tun, n)) for n in TUNING_NAMES], np.float64)),
-            mean=place(mean) if not tf.is_tensor(mean) else mean,
-            m2=place(m2) if not tf.is_tensor(m2) else m2,
+            mean=placed(tun.mean),
+            m2=placed(tun.m2),
             buffer=place(host(tun.buffer)),
         )
 
@@ -505,11 +566,12 @@ class ShardedMicrocanonical:
                 trajectory_length=chain.length,
                 tuning=chain.tuning,
             )
-            x = [chain.x]
+            x = list(chain.x)
             chain.eps, chain.length, tuning = self.kernel._tune(r, x, statistic, finite, self.dim)
             zero = np.zeros((), self.dtype.as_numpy_dtype)
             if step >= self.stage_ends[1] - 1:  # the moments are not read again
-                tuning = tuning._replace(mean=self._place(zero), m2=self._place(zero))
+                dropped = [self._place(zero) for _ in x]
+                tuning = tuning._replace(mean=dropped, m2=list(dropped))
             if step >= self.stage_ends[2] - 1:
                 tuning = tuning._replace(buffer=tf.zeros([], tf.float64))
             chain.tuning = tuning

@@ -603,6 +603,245 @@ def driver_mclmc_bias(mesh, masked: bool, desired_energy_var: float, num_results
     }
 
 
+# --- sampled hyperparameters ---------------------------------------------------------------
+HYPER_SCALES = {"log_amplitude": 0.3, "index": 0.7}
+# (draws, warm-up) of the exact-posterior z-tests; mclmc: more draws (cheaper transitions)
+HYPER_RUNS = {"hmc": (400, 300), "mams": (300, 200), "mclmc": (1000, 200)}
+
+
+def _hyper_problem(masked: bool, parametrization: str = "noncentred"):
+    """The 8³ problem with log A and n sampled (Normal priors about the fiducial)."""
+    import tensorflow as tf
+
+    from fieldhmc import models
+    from fieldhmc.seeds import stateless_seed
+
+    grid = models.Grid(GRID, 100.0)
+    mask = models.make_mask(grid, "slab", 0.25, seed=3) if masked else None
+    model = models.GaussianFieldModel(
+        grid,
+        models.PowerLaw(1000.0, -1.5, 0.1),
+        sigma=2.0,
+        mask=mask,
+        hyper_priors={"log_amplitude": (np.log(1000.0), 1.0), "index": (-1.5, 0.5)},
+        parametrization=parametrization,
+        dtype=tf.float64,
+    )
+    data = np.asarray(model.sample(seed=stateless_seed(7))["data"])
+    return model, data
+
+
+def _hyper_parts(target, chains, seed):
+    """Random mesh-state parts about the prior: (v_logA, v_n, xi)."""
+    rng = np.random.default_rng(seed)
+    u = [np.log(1000.0) + 0.5 * rng.standard_normal(chains)]
+    u.append(-1.5 + 0.3 * rng.standard_normal(chains))
+    return target.state_from_model([*u, rng.standard_normal((chains, *GRID))])
+
+
+def hyper_target_cases(mesh):
+    """The mesh target with sampled (log A, n) on 4 devices == the model's
+    ``target_log_prob_fn`` at the model latents of the parts, value and gradient (the
+    gradient mapped back by the chain rule: the hyperparameters' scales, the field's
+    orthonormal map times the posterior metric's c_k)."""
+    import tensorflow as tf
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import fft
+    from fieldhmc.samplers.reductions import host
+    from fieldhmc.samplers.sharded import _ShardedCarry
+
+    out = {}
+    # the mask and the posterior metric's map; the conditional latent (mu + sqrt(w) Z)
+    for masked, pre, par in ((True, "posterior", "noncentred"), (True, "identity", "conditional")):
+        model, data = _hyper_problem(masked, par)
+        target = ShardedGaussianTarget(model, data, mesh, pre, hyper_scales=HYPER_SCALES)
+        parts = _hyper_parts(target, 3, 1)
+        carry = _ShardedCarry(mesh, GRID)
+        lp, grads = tf.function(target.value_and_gradients)([carry.place(p) for p in parts])
+        lp, grads = host(lp), [host(g) for g in grads]
+        latents = [tf.constant(v) for v in target.model_latents(parts)]
+        with tf.GradientTape() as tape:
+            tape.watch(latents)
+            ref = model.target_log_prob_fn(data)(*latents)
+        ref_grads = tape.gradient(ref, latents)
+        names = model.hyper_names
+        expected = [g.numpy() * HYPER_SCALES[n] for n, g in zip(names, ref_grads[:-1], strict=True)]
+        modes = model.packing.modes_from_real(ref_grads[-1])
+        if target._metric is not None:  # d/dv = A^T d/dxi: c_k once more
+            modes = modes * tf.constant(target._metric, modes.dtype)
+        expected.append(fft.irfft3d(modes, fft_length=GRID, norm="ortho").numpy())
+        out[f"{'masked' if masked else 'unmasked'}-{pre}-{par}"] = {
+            "lp_dtype": str(lp.dtype),
+            "lp_rel": float(np.max(np.abs(lp - ref.numpy()) / np.abs(ref.numpy()))),
+            "grad_rel": [
+                float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+                for a, b in zip(grads, expected, strict=True)
+            ],
+            "names": list(target.latent_names),
+        }
+    return out
+
+
+def _hyper_driver(model, data, mesh, settings, preconditioner="identity", scales=None):
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.samplers.sharded import ShardedFieldOutputs, ShardedSampler
+    from fieldhmc.workflow import tracked_mode_indices
+
+    grid = model.grid
+    outputs = ShardedFieldOutputs(grid, grid.kbins(), tracked_mode_indices(grid, 2), True)
+    target = ShardedGaussianTarget(
+        model, data, mesh, preconditioner, hyper_scales=HYPER_SCALES if scales is None else scales
+    )
+    return ShardedSampler(target, settings, outputs), target
+
+
+def hyper_driver_cases(mesh, kind="hmc"):
+    """A short driver run with sampled (log A, n), 4 devices vs plain tensors of one
+    device, and a resume: jittered HMC (4 warm-up steps adapting the step size, 4 draws,
+    chunks of 3, killed at steps 3 and 6), or mclmc / mams (12 tuning steps through every
+    stage of the tuner, 4 draws, chunks of 5, killed at 5 and 15)."""
+    import tempfile
+    from pathlib import Path
+
+    from fieldhmc.samplers import SamplerSettings
+
+    model, data = _hyper_problem(True)
+    if kind == "hmc":
+        settings = SamplerSettings(
+            kind="hmc",
+            num_chains=4,
+            num_burnin_steps=4,
+            num_results=4,
+            num_leapfrog_steps=3,
+            jitter_leapfrog=True,
+            step_size=0.1,
+            chunk_size=3,
+            field_thin=2,
+            seed=5,
+        )
+    else:
+        settings = _micro_settings(kind, field_thin=2)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        one, target = _hyper_driver(model, data, None, settings)
+        init = _hyper_parts(target, 4, 5)
+        s1, t1, f1, _ = _driver_run(one, tmp / "one", init)
+        four, _ = _hyper_driver(model, data, mesh, settings)
+        s4, t4, f4, _ = _driver_run(four, tmp / "four", init)
+        d = tmp / "resumed"
+        first = int(_driver_run(four, d, init, max_chunks=1)[0].step)
+        second = int(_driver_run(four, d, resume=True, max_chunks=2)[0].step)
+        sr, tr, fr, _ = _driver_run(four, d, resume=True)
+    hypers = list(model.hyper_names)
+    return {
+        "names": sorted(t4),
+        "num_draws": int(t4["lp"].shape[0]),
+        "same_accepts": bool(np.array_equal(t1["is_accepted"], t4["is_accepted"])),
+        "same_n_steps": bool(np.array_equal(t1["n_steps"], t4["n_steps"])),
+        "accept_rate": float(t1["is_accepted"].mean()),
+        "n_steps": sorted({int(v) for v in t1["n_steps"].ravel()}),
+        "max_state_diff": [
+            float(np.max(np.abs(a - b)))
+            for a, b in zip(s1.latent_state, s4.latent_state, strict=True)
+        ],
+        "max_hyper_trace_diff": float(max(np.max(np.abs(t1[n] - t4[n])) for n in hypers)),
+        "max_energy_error_diff": float(np.max(np.abs(t1["energy_error"] - t4["energy_error"]))),
+        "hyper_moved": float(min(np.ptp(t1[n]) for n in hypers)),
+        "hyper_trace_is_model_latent": bool(
+            np.allclose(t4[hypers[0]][-1], s4.latent_state[0] * HYPER_SCALES[hypers[0]])
+        ),
+        "max_lp_diff": float(np.max(np.abs(t1["lp"] - t4["lp"]))),
+        "max_power_rel": _max_rel(t4["power"], t1["power"]),
+        "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
+        "tuned_1": s1.tuned,
+        "tuned_4": s4.tuned,
+        "resume": {
+            "interrupted_steps": [first, second],
+            "complete": bool(sr.complete),
+            "traces_identical": sorted(tr) == sorted(t4)
+            and all(np.array_equal(t4[k], tr[k], equal_nan=True) for k in t4),
+            "fields_identical": all(np.array_equal(f4[k], fr[k]) for k in f4),
+            "state_identical": all(
+                np.array_equal(a, b) for a, b in zip(s4.latent_state, sr.latent_state, strict=True)
+            ),
+            "tuned_identical": sr.tuned == s4.tuned,
+        },
+    }
+
+
+def hyper_posterior_ztest(
+    mesh,
+    kind="hmc",
+    num_results=400,
+    num_burnin=300,
+    seed=11,
+    model_fn=None,
+    parametrization="noncentred",
+):
+    """Jittered HMC (or mams) on 4 devices with (log A, n) sampled next to the non-centred field
+    (8³ problem of ``test_conditional_posterior.py``, hyperparameters whitened by their
+    prior widths, as the single-device non-centred metric): z-scores of theta's mean and
+    variance and of every field coordinate's against the exact posterior
+    (``QuadratureReference``: 2-D quadrature of the marginal posterior of theta, the
+    Wiener posterior of the field mixed over it). ``model_fn`` replaces the sampled model
+    (the test of the test: a wrong hyperprior must fail)."""
+    import tempfile
+    from pathlib import Path
+
+    from fieldhmc.samplers import SamplerSettings, stateless_seed
+    from tests.samplers.test_conditional_posterior import (
+        HYPERS,
+        QuadratureReference,
+        joint_zscores,
+        make_problem,
+    )
+    from tests.samplers.test_posterior import _looks_standard_normal
+
+    model, data = make_problem(parametrization)
+    ref = QuadratureReference(data)
+    sampled = model if model_fn is None else model_fn()
+    if kind == "hmc":
+        settings = SamplerSettings(
+            kind="hmc",
+            num_chains=4,
+            num_burnin_steps=num_burnin,
+            num_results=num_results,
+            num_leapfrog_steps=8,
+            jitter_leapfrog=True,
+            chunk_size=num_burnin + num_results,
+            field_thin=1,
+            seed=seed,
+        )
+    else:
+        settings = _micro_settings(
+            kind, num_burnin, num_results, num_burnin + num_results, seed=seed, field_thin=1
+        )
+    if sampled.is_conditional:  # the posterior metric of a conditional config
+        scales = sampled.hyper_posterior_scales()
+    else:
+        scales = {n: sampled.hyper_latent_scale(n) for n in HYPERS}
+    sampler, target = _hyper_driver(sampled, data, mesh, settings, scales=scales)
+    latents = sampled.init_latents("prior", 4, seed=stateless_seed(1))
+    init = target.state_from_model([np.asarray(v) for v in latents])
+    with tempfile.TemporaryDirectory() as tmp:
+        _, traces, fields, secs = _driver_run(sampler, Path(tmp), init)
+    z_theta, z_field = joint_zscores({n: traces[n] for n in HYPERS}, fields["draws"], ref)
+    ok, msg = _looks_standard_normal(z_field)
+    return {
+        "z_theta": [float(z) for z in z_theta],
+        "field_ok": bool(ok),
+        "field_msg": msg,
+        "num_field_z": int(z_field.size),
+        "max_abs_z_field": float(np.max(np.abs(z_field))),
+        "accept_rate": float(np.mean(traces["is_accepted"])),
+        "n_steps": sorted({int(v) for v in traces["n_steps"].ravel()}),
+        "theta_mean": [float(np.mean(traces[n])) for n in HYPERS],
+        "ref_mean": [float(v) for v in ref.mean],
+        "seconds": secs,
+    }
+
+
 def results(slow: bool) -> dict:
     from fieldhmc.ops import sharded as sh
 
@@ -617,6 +856,13 @@ def results(slow: bool) -> dict:
         }
         results["microcanonical_unsharded"] = microcanonical_unsharded_cases()
         results["conservation"] = {"mams": conservation_ztest(mesh, "mams", "posterior")}
+        results["hyper_driver"] = {k: hyper_driver_cases(mesh, k) for k in ("mclmc", "mams")}
+        results["hyper_posterior"] = {
+            kind: hyper_posterior_ztest(mesh, kind, *HYPER_RUNS[kind]) for kind in HYPER_RUNS
+        }
+        results["hyper_posterior"]["hmc-conditional"] = hyper_posterior_ztest(
+            mesh, "hmc", *HYPER_RUNS["hmc"], parametrization="conditional"
+        )
         results["posterior"] = {
             f"{kind}-{m}": driver_wiener_ztest(mesh, m == "masked", 400, kind, "posterior")
             for kind in ("hmc", "mams")
@@ -630,6 +876,10 @@ def results(slow: bool) -> dict:
             # the posterior metric on the mesh: exact draws stay exact
             "conservation": {
                 "hmc-jitter": conservation_ztest(mesh, "hmc", "posterior", jitter=True)
+            },
+            "hyper": {
+                "target": hyper_target_cases(mesh),
+                "driver": {"hmc": hyper_driver_cases(mesh, "hmc")},
             },
         }
     return results

@@ -1,5 +1,5 @@
-"""The Gaussian model's target, HMC (bare and driver-run), MCLMC and MAMS sharded over 4
-virtual CPUs.
+"""The Gaussian model's target, HMC (bare and driver-run; also with sampled power-spectrum
+hyperparameters), MCLMC and MAMS sharded over 4 virtual CPUs.
 
 Computations run in a subprocess (``tests/samplers/sharded_cases.py``) that makes
 the virtual devices before TensorFlow initialises; these tests assert its results.
@@ -97,6 +97,54 @@ def test_sharded_driver_resume_is_bit_identical(results):
     assert r["traces_identical"]
     assert r["fields_identical"]
     assert r["state_identical"]
+
+
+@pytest.mark.parametrize("case", ["masked-posterior-noncentred", "masked-identity-conditional"])
+def test_sharded_target_with_sampled_hyperparameters_equals_the_models_target(results, case):
+    """(log A, n) sampled: the 4-device target at random parts (whitened hyperparameters,
+    masked data; the posterior-metric non-centred field latent, or the conditional latent
+    delta = mu(theta) + sqrt(w(theta)) Z) == model.target_log_prob_fn at their model
+    latents, float64, and every part's gradient == the model's mapped by the chain rule."""
+    r = results["hyper"]["target"][case]
+    assert r["names"] == ["log_amplitude", "index", "field"]
+    assert r["lp_dtype"] == "float64" and r["lp_rel"] < 1e-12
+    assert len(r["grad_rel"]) == 3 and max(r["grad_rel"]) < 1e-12, r["grad_rel"]
+
+
+@pytest.mark.parametrize(
+    "kind", ["hmc", *(pytest.param(k, marks=pytest.mark.slow) for k in ("mams", "mclmc"))]
+)
+def test_sharded_driver_with_sampled_hyperparameters_reproduces_one_device(request, kind):
+    """(log A, n) sampled through the driver -- jittered HMC (4 warm-up steps adapting the
+    step size, 4 draws, chunks of 3) or mams / mclmc (12 tuning steps through every stage,
+    4 draws, chunks of 5): 4 devices == plain tensors of one device (same accept decisions
+    and step counts, every part of the state, the hyperparameter traces, lp, energy error,
+    P(k), stored fields and tuned parameters to rounding); the hyperparameters are traced
+    as the model's latents; a run killed twice and resumed is bit-identical."""
+    if kind == "hmc":
+        r = request.getfixturevalue("results")["hyper"]["driver"][kind]
+    else:  # slow: the no-hyperparameter mclmc / mams runs are in the default set
+        r = request.getfixturevalue("slow_results")["hyper_driver"][kind]
+    assert {"log_amplitude", "index", "lp", "power"} <= set(r["names"]) and r["num_draws"] == 4
+    assert r["same_accepts"] and r["same_n_steps"]
+    if kind == "mclmc":
+        assert r["accept_rate"] == 1.0 and r["n_steps"] == [2]
+    else:
+        assert 0.2 < r["accept_rate"] < 1.0 and len(r["n_steps"]) > 1, r
+    assert r["hyper_moved"] > 0 and r["hyper_trace_is_model_latent"]
+    assert max(r["max_state_diff"]) < 1e-9 and r["max_hyper_trace_diff"] < 1e-9, r
+    assert r["max_lp_diff"] < 1e-8 and r["max_energy_error_diff"] < 1e-9, r
+    assert r["max_power_rel"] < 1e-9 and r["max_field_diff"] < 1e-9, r
+    tuned_1, tuned_4 = r["tuned_1"], r["tuned_4"]
+    assert tuned_1.keys() == tuned_4.keys()
+    for name, value in tuned_1.items():
+        assert abs(tuned_4[name] / value - 1.0) < 1e-9, (name, tuned_1, tuned_4)
+    if kind != "hmc":
+        assert tuned_4["dimension"] == 514  # the field's 512 and log A, n
+    resume = r["resume"]
+    assert resume["interrupted_steps"] == ([3, 6] if kind == "hmc" else [5, 12])
+    assert resume["complete"] and resume["tuned_identical"]
+    assert resume["traces_identical"] and resume["fields_identical"] and resume["state_identical"]
 
 
 MICRO = ["mclmc", "mams"]
@@ -209,6 +257,24 @@ def test_sharded_posterior_preconditioner_passes_the_wiener_ztest(slow_results, 
     or tuning), every latent's posterior mean and variance vs the dense posterior."""
     r = slow_results["posterior"][f"{kind}-{masked}"]
     assert r["p"] > 1e-3 and r["max_abs_z"] < 4.5, r
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["hmc", "mams", "mclmc", "hmc-conditional"])
+def test_sharded_kernels_with_sampled_hyperparameters_match_the_exact_posterior(slow_results, kind):
+    """Jittered HMC, MAMS and MCLMC on 4 devices with (log A, n) sampled next to the
+    non-centred field (8³, 4 chains; hmc 300 warm-up steps + 400 draws, mams 200 + 300,
+    mclmc 200 + 1000): theta's mean and variance and every field coordinate's against the
+    exact posterior of ``test_conditional_posterior.py`` (quadrature over theta, mixed
+    Wiener posterior), MCSE-scaled z-scores as there; ``hmc-conditional``: hmc on the
+    conditional latent with the Fisher widths of (log A, n) as their metric (the
+    single-device test's setup). With hmc, a prior on n five times too narrow (z = -13
+    for theta's variance) or the hyperprior left out of the target (|z| up to 13) fails."""
+    r = slow_results["hyper_posterior"][kind]
+    assert max(abs(z) for z in r["z_theta"]) < 4.0, r
+    assert r["field_ok"], r["field_msg"]
+    if kind != "mclmc":
+        assert 0.5 < r["accept_rate"] <= 1.0 and len(r["n_steps"]) > 1, r
 
 
 @pytest.mark.slow
