@@ -260,12 +260,21 @@ def mclmc_bias(model, data, mean, var, desired_energy_var, num_results=2000, fie
     return float(np.mean(terms)), float(np.std(terms) / np.sqrt(terms.size)), float(rel.mean())
 
 
+# (loose, tight) Var[dE]/d pairs where the tuned step is set by the tolerance. With the
+# slab mask the step that would give 1e-2 is past the integrator's stability limit (the
+# eps^6 law breaks down there): the tuner's last-window rule keeps a measured step, b^2
+# at 1e-2 came out 8.5e-4 +- 3e-5 against 4.6e-4 at 1e-3: not measurable at a tenth of 1e-2.
+BIAS_TOLERANCES = {False: (1e-2, 1e-3), True: (1e-3, 1e-4)}
+
+
 @pytest.mark.parametrize("masked", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_mclmc_bias_is_within_its_tolerance_and_shrinks(masked):
-    """8³: b^2 <= the tuner's Var[dE]/d (1e-2 and 1e-3), and 1e-3 gives a smaller b^2."""
+    """8³: b^2 <= the tuner's Var[dE]/d at a loose and a tight tolerance, and the tight
+    one gives a smaller b^2 (:data:`BIAS_TOLERANCES`)."""
     model, data, dense = _problem(masked)
     exact = (dense.mean, np.diag(dense.covariance))
-    _check_bias_bound(*(mclmc_bias(model, data, *exact, tol) for tol in (1e-2, 1e-3)))
+    tols = BIAS_TOLERANCES[masked]
+    _check_bias_bound(*(mclmc_bias(model, data, *exact, tol) for tol in tols), *tols)
 
 
 @pytest.mark.slow
@@ -277,14 +286,21 @@ def test_mclmc_bias_is_within_its_tolerance_and_shrinks_32():
     mean = models.wiener_posterior(model, data).mean_latent
     var = 1.0 / model.posterior_precision_diag(data).reshape(-1)
     _check_bias_bound(
-        *(mclmc_bias(model, data, mean, var, tol, field_thin=10) for tol in (1e-2, 1e-3))
+        *(mclmc_bias(model, data, mean, var, tol, field_thin=10) for tol in (1e-2, 1e-3)),
+        1e-2,
+        1e-3,
     )
 
 
-def _check_bias_bound(loose_result, tight_result):
+def _check_bias_bound(loose_result, tight_result, loose_tol, tight_tol):
+    """b^2 below each tolerance, measurable at the loose one (above a tenth of it),
+    clearly smaller at the tight one, and MCLMC's variances shrunk at both."""
     (loose, loose_se, loose_rel), (tight, tight_se, tight_rel) = loose_result, tight_result
-    msg = f"b2 {loose:.2e}+-{loose_se:.1e} at 1e-2, {tight:.2e}+-{tight_se:.1e} at 1e-3"
-    assert loose < 1e-2 and tight < 1e-3, msg
-    assert loose - loose_se > 1e-3, msg  # the loose setting is measurably biased ...
+    msg = (
+        f"b2 {loose:.2e}+-{loose_se:.1e} at {loose_tol:g}, "
+        f"{tight:.2e}+-{tight_se:.1e} at {tight_tol:g}"
+    )
+    assert loose < loose_tol and tight < tight_tol, msg
+    assert loose - loose_se > 0.1 * loose_tol, msg  # the loose setting is measurably biased ...
     assert tight + 2 * tight_se < 0.5 * (loose - 2 * loose_se), msg  # ... the tight one less
     assert loose_rel < tight_rel < 0.0, (loose_rel, tight_rel)  # MCLMC shrinks variances

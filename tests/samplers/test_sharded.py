@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.dtensor_subprocess import default_results, run_json
+from tests.samplers.sharded_cases import SHARDED_BIAS_TOLERANCES
 
 
 @pytest.fixture(scope="module")
@@ -239,12 +240,14 @@ def test_driver_run_sharded_mams_passes_the_wiener_ztest(slow_results, masked):
 def test_sharded_mclmc_bias_is_within_its_tolerance_and_shrinks(slow_results):
     """Sharded, tuned MCLMC (4 devices, 8³ unmasked, 2000 draws x 4 chains): the squared
     variance bias b^2 (MC noise removed, arXiv:2412.08876) is below the tuner's
-    Var[dE]/d at 1e-2 and 1e-3, measurable at 1e-2 and smaller at 1e-3, and MCLMC
-    shrinks the variances (the checks of ``test_posterior.py``'s unsharded test)."""
-    loose, tight = (slow_results["mclmc_bias"][k] for k in ("0.01", "0.001"))
+    Var[dE]/d at a loose and a tight tolerance (``SHARDED_BIAS_TOLERANCES``), measurable
+    at the loose one and smaller at the tight one, and MCLMC shrinks the variances (the
+    checks of ``test_posterior.py``'s unsharded test)."""
+    loose_tol, tight_tol = SHARDED_BIAS_TOLERANCES
+    loose, tight = (slow_results["mclmc_bias"][str(t)] for t in SHARDED_BIAS_TOLERANCES)
     msg = f"{loose} {tight}"
-    assert loose["b2"] < 1e-2 and tight["b2"] < 1e-3, msg
-    assert loose["b2"] - loose["se"] > 1e-3, msg
+    assert loose["b2"] < loose_tol and tight["b2"] < tight_tol, msg
+    assert loose["b2"] - loose["se"] > 0.1 * loose_tol, msg
     assert tight["b2"] + 2 * tight["se"] < 0.5 * (loose["b2"] - 2 * loose["se"]), msg
     assert loose["rel"] < tight["rel"] < 0.0, msg
 
