@@ -140,6 +140,24 @@ def _fieldhmc(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _run_small(raw: dict, tmp_path: Path) -> Path:
+    """``fieldhmc run`` of ``raw`` at 8³ (10 warm-up + 6 draws, chunks of 4, every 2nd
+    field stored); asserts it exits 0 and writes the usual run directory."""
+    import yaml
+
+    raw["grid"]["shape"] = [8, 8, 8]
+    raw["sampler"].update(num_results=6, num_burnin_steps=10, chunk_size=4)
+    raw["outputs"] = {"directory": str(tmp_path / "unused"), "field_thin": 2}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "run"
+    proc = _fieldhmc("run", str(path), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("traces.h5", "fields.h5", "samples.nc", "power.nc", "report.txt"):
+        assert (out / name).exists(), name
+    return out
+
+
 @pytest.mark.slow
 def test_cli_runs_the_sharded_sampler_through_the_driver(tmp_path):
     """``fieldhmc run`` with distribution (the CLI makes 4 virtual CPUs itself) writes
@@ -178,19 +196,9 @@ def test_cli_runs_sharded_microcanonical_kinds(tmp_path, kind):
     the usual run directory, the tuned step size and L in samples.nc's attributes, and
     ``fieldhmc resume --num-results`` extends it."""
     import h5py
-    import yaml
 
     raw = _with_kind(kind)
-    raw["grid"]["shape"] = [8, 8, 8]
-    raw["sampler"].update(num_results=6, num_burnin_steps=10, chunk_size=4)
-    raw["outputs"] = {"directory": str(tmp_path / "unused"), "field_thin": 2}
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    out = tmp_path / "run"
-    proc = _fieldhmc("run", str(path), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for name in ("traces.h5", "fields.h5", "samples.nc", "power.nc", "report.txt"):
-        assert (out / name).exists(), name
+    out = _run_small(raw, tmp_path)
     summary = json.loads((out / "summary.json").read_text())
     meta = summary["metadata"]
     assert meta["distribution"]["mesh"] == [4]
@@ -213,19 +221,9 @@ def test_cli_runs_sharded_hmc_with_sampled_hyperparameters(tmp_path):
     ``fieldhmc resume --num-results`` extends the run on the mesh."""
     import h5py
     import xarray as xr
-    import yaml
 
     raw = _with_hyperparameters(sampler__preconditioner="prior", sampler__jitter_leapfrog=True)
-    raw["grid"]["shape"] = [8, 8, 8]
-    raw["sampler"].update(num_results=6, num_burnin_steps=10, chunk_size=4)
-    raw["outputs"] = {"directory": str(tmp_path / "unused"), "field_thin": 2}
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    out = tmp_path / "run"
-    proc = _fieldhmc("run", str(path), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for name in ("traces.h5", "fields.h5", "samples.nc", "power.nc", "report.txt"):
-        assert (out / name).exists(), name
+    out = _run_small(raw, tmp_path)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["metadata"]["distribution"]["mesh"] == [4]
     posterior = xr.open_dataset(out / "samples.nc", group="posterior")
