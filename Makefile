@@ -19,9 +19,12 @@ RUN_DIR ?= runs/quickstart-$(shell date +%Y%m%d-%H%M%S)
 run: $(STAMP)
 	$(PY) -m fieldhmc run configs/quickstart.yaml --out $(RUN_DIR)
 
+# Two pytest workers (the XLA compiles and Python tracing that dominate the suite are
+# single-threaded), one test file each at a time so module fixtures compile once, the
+# longest files first (tests/conftest.py).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow
