@@ -10,13 +10,20 @@ from __future__ import annotations
 
 from fieldhmc.samplers import kinds
 
-__all__ = ["MESH_KINDS", "MESH_PARAMETRISATIONS", "MESH_PRECONDITIONERS", "mesh_support"]
+__all__ = [
+    "MESH_KINDS",
+    "MESH_LIKELIHOODS",
+    "MESH_PARAMETRISATIONS",
+    "MESH_PRECONDITIONERS",
+    "mesh_support",
+]
 
 #: Sampler kinds with a mesh transition (fieldhmc.samplers.sharded / sharded_mclmc).
 MESH_KINDS = kinds.names_where(lambda k: k.runs_on_mesh)
 #: Fourier-diagonal metrics the mesh target applies as a map of its white-noise latent.
 MESH_PRECONDITIONERS = ("identity", "prior", "posterior")
-_GAUSSIAN_LIKELIHOODS = ("gaussian", "masked_gaussian")
+#: Likelihoods (``model.likelihood.kind``) the mesh target evaluates: per-voxel sums in real space.
+MESH_LIKELIHOODS = ("gaussian", "masked_gaussian", "lognormal_poisson")
 #: Latents the mesh target maps to the field per Fourier mode (white-noise latents).
 MESH_PARAMETRISATIONS = ("noncentred", "conditional", "conditional_scale")
 
@@ -45,9 +52,11 @@ def mesh_support(
         HMC with a randomised number of leapfrog steps (supported; kept so that callers
         pass every sampler option).
     step_size_jitter : float
-        Randomised step size.
+        Randomised step size: an option of ``fieldnuts`` only (the kind check names
+        why fieldnuts does not run on a mesh); the other kinds ignore it, as on one
+        device.
     likelihood : str
-        ``model.likelihood.kind``.
+        ``model.likelihood.kind`` (or the class name of a user-defined likelihood).
     forward_model : bool
         A forward model between the field and the data (not the identity).
     sampled_hyperparameters : bool
@@ -63,7 +72,9 @@ def mesh_support(
     str or None
         One line naming the setting and why it does not run on a mesh.
     """
-    del jitter_leapfrog, sampled_hyperparameters  # supported
+    # supported; step_size_jitter is fieldnuts' option only (refused with that kind),
+    # ignored by the other kinds as on one device
+    del jitter_leapfrog, sampled_hyperparameters, step_size_jitter
     spec = kinds.get(kind)
     problems = [
         (
@@ -78,13 +89,10 @@ def mesh_support(
             " metric is not implemented there",
         ),
         (
-            step_size_jitter != 0.0,
-            "sampler.step_size_jitter: a randomised step size is not implemented on the mesh",
-        ),
-        (
-            likelihood not in _GAUSSIAN_LIKELIHOODS,
-            f"model.likelihood.kind={likelihood}: the mesh target implements the Gaussian"
-            " likelihoods only",
+            likelihood not in MESH_LIKELIHOODS,
+            f"model.likelihood.kind={likelihood}: the mesh target evaluates"
+            f" {', '.join(MESH_LIKELIHOODS)} (a likelihood's per-voxel terms and constants"
+            " must be known to lay them out in slabs)",
         ),
         (
             bool(forward_model),

@@ -849,6 +849,145 @@ def hyper_posterior_ztest(
     }
 
 
+# --- lognormal-Poisson counts ----------------------------------------------------------------
+def _poisson_problem(sampled: bool = False, parametrization: str = "noncentred"):
+    """8³ counts (nbar 3, a completeness in [0, 1] with a masked slab), float64; with
+    ``sampled`` log A and n get Normal priors about the fiducial."""
+    import tensorflow as tf
+
+    from fieldhmc import models
+    from fieldhmc.seeds import stateless_seed
+
+    grid = models.Grid(GRID, 100.0)
+    rng = np.random.default_rng(4)
+    completeness = rng.uniform(0.3, 1.0, GRID) * models.make_mask(grid, "slab", 0.25, seed=3)
+    hyper = {"log_amplitude": (np.log(1000.0), 1.0), "index": (-1.5, 0.5)} if sampled else None
+    model = models.LognormalPoissonModel(
+        grid,
+        models.PowerLaw(1000.0, -1.5, 0.1),
+        3.0,
+        completeness,
+        hyper_priors=hyper,
+        parametrization=parametrization,
+        dtype=tf.float64,
+    )
+    data = np.asarray(model.sample(seed=stateless_seed(7))["data"])
+    return model, data
+
+
+# (metric, parametrisation, sampled log A and n): both sigma2_delta branches (fixed,
+# sampled), both latents, both metrics, in two compiled targets
+POISSON_TARGETS = (("posterior", "noncentred", False), ("identity", "conditional", True))
+
+
+def poisson_target_cases(mesh):
+    """The mesh target of lognormal-Poisson counts on 4 devices == the model's
+    ``target_log_prob_fn`` at the model latents of random parts (value and every part's
+    gradient mapped by the chain rule, as ``hyper_target_cases``): fixed P(k) with the
+    posterior metric; sampled (log A, n) with the conditional latent."""
+    import tensorflow as tf
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import fft
+    from fieldhmc.samplers.reductions import host
+    from fieldhmc.samplers.sharded import _ShardedCarry
+
+    out = {}
+    for pre, par, sampled in POISSON_TARGETS:
+        model, data = _poisson_problem(sampled, par)
+        scales = HYPER_SCALES if sampled else None
+        target = ShardedGaussianTarget(model, data, mesh, pre, hyper_scales=scales)
+        if sampled:
+            parts = _hyper_parts(target, 3, 1)
+        else:  # xi about the posterior: counts of 3 per voxel keep exp(delta) moderate
+            parts = [0.5 * np.random.default_rng(1).standard_normal((3, *GRID))]
+        carry = _ShardedCarry(mesh, GRID)
+        lp, grads = tf.function(target.value_and_gradients)([carry.place(p) for p in parts])
+        lp, grads = host(lp), [host(g) for g in grads]
+        latents = [tf.constant(v) for v in target.model_latents(parts)]
+        with tf.GradientTape() as tape:
+            tape.watch(latents)
+            ref = model.target_log_prob_fn(data)(*latents)
+        ref_grads = tape.gradient(ref, latents)
+        names = model.hyper_names
+        expected = [g.numpy() * HYPER_SCALES[n] for n, g in zip(names, ref_grads[:-1], strict=True)]
+        modes = model.packing.modes_from_real(ref_grads[-1])
+        if target._metric is not None:  # d/dv = A^T d/dxi: c_k once more
+            modes = modes * tf.constant(target._metric, modes.dtype)
+        expected.append(fft.irfft3d(modes, fft_length=GRID, norm="ortho").numpy())
+        out[f"{pre}-{par}-{'sampled' if sampled else 'fixed'}"] = {
+            "lp_dtype": str(lp.dtype),
+            "lp_rel": float(np.max(np.abs(lp - ref.numpy()) / np.abs(ref.numpy()))),
+            "grad_rel": [
+                float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+                for a, b in zip(grads, expected, strict=True)
+            ],
+            "names": list(target.latent_names),
+            "finite": bool(np.all(np.isfinite(ref.numpy()))),
+        }
+    return out
+
+
+def poisson_driver_cases(mesh):
+    """A short driver run on lognormal-Poisson counts with (log A, n) sampled and the
+    posterior metric: jittered HMC, 4 warm-up steps adapting the step size, 4 draws,
+    chunks of 3; 4 devices vs plain tensors of one device, and a run killed at step 3
+    and resumed."""
+    import tempfile
+    from pathlib import Path
+
+    from fieldhmc.samplers import SamplerSettings
+
+    model, data = _poisson_problem(True)
+    settings = SamplerSettings(
+        kind="hmc",
+        num_chains=4,
+        num_burnin_steps=4,
+        num_results=4,
+        num_leapfrog_steps=3,
+        jitter_leapfrog=True,
+        step_size=0.1,
+        chunk_size=3,
+        field_thin=2,
+        seed=5,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        one, target = _hyper_driver(model, data, None, settings, "posterior")
+        init = _hyper_parts(target, 4, 5)
+        init[-1] = 0.3 * init[-1]  # about the posterior's scale
+        s1, t1, f1, _ = _driver_run(one, tmp / "one", init)
+        four, _ = _hyper_driver(model, data, mesh, settings, "posterior")
+        s4, t4, f4, _ = _driver_run(four, tmp / "four", init)
+        d = tmp / "resumed"
+        first = int(_driver_run(four, d, init, max_chunks=1)[0].step)
+        sr, tr, fr, _ = _driver_run(four, d, resume=True)
+    return {
+        "names": sorted(t4),
+        "num_draws": int(t4["lp"].shape[0]),
+        "same_accepts": bool(np.array_equal(t1["is_accepted"], t4["is_accepted"])),
+        "same_n_steps": bool(np.array_equal(t1["n_steps"], t4["n_steps"])),
+        "accept_rate": float(t1["is_accepted"].mean()),
+        "max_state_diff": [
+            float(np.max(np.abs(a - b)))
+            for a, b in zip(s1.latent_state, s4.latent_state, strict=True)
+        ],
+        "max_lp_rel": _max_rel(t4["lp"], t1["lp"]),
+        "max_power_rel": _max_rel(t4["power"], t1["power"]),
+        "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
+        "resume": {
+            "interrupted_step": first,
+            "complete": bool(sr.complete),
+            "traces_identical": sorted(tr) == sorted(t4)
+            and all(np.array_equal(t4[k], tr[k], equal_nan=True) for k in t4),
+            "fields_identical": all(np.array_equal(f4[k], fr[k]) for k in f4),
+            "state_identical": all(
+                np.array_equal(a, b) for a, b in zip(s4.latent_state, sr.latent_state, strict=True)
+            ),
+        },
+    }
+
+
 def results(slow: bool) -> dict:
     from fieldhmc.ops import sharded as sh
 
@@ -887,6 +1026,10 @@ def results(slow: bool) -> dict:
             "hyper": {
                 "target": hyper_target_cases(mesh),
                 "driver": {"hmc": hyper_driver_cases(mesh, "hmc")},
+            },
+            "poisson": {
+                "target": poisson_target_cases(mesh),
+                "driver": poisson_driver_cases(mesh),
             },
         }
     return results

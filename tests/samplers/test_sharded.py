@@ -1,5 +1,5 @@
-"""The Gaussian model's target, HMC (bare and driver-run; also with sampled power-spectrum
-hyperparameters), MCLMC and MAMS sharded over 4 virtual CPUs.
+"""The Gaussian and lognormal-Poisson models' targets, HMC (bare and driver-run; also with
+sampled power-spectrum hyperparameters), MCLMC and MAMS sharded over 4 virtual CPUs.
 
 Computations run in a subprocess (``tests/samplers/sharded_cases.py``) that makes
 the virtual devices before TensorFlow initialises; these tests assert its results.
@@ -145,6 +145,40 @@ def test_sharded_driver_with_sampled_hyperparameters_reproduces_one_device(reque
     resume = r["resume"]
     assert resume["interrupted_steps"] == ([3, 6] if kind == "hmc" else [5, 12])
     assert resume["complete"] and resume["tuned_identical"]
+    assert resume["traces_identical"] and resume["fields_identical"] and resume["state_identical"]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["posterior-noncentred-fixed", "identity-conditional-sampled"],
+)
+def test_sharded_poisson_target_equals_the_models_target(results, case):
+    """Lognormal-Poisson counts (8³, a completeness in [0.3, 1] with a masked slab): the
+    4-device target at random parts == model.target_log_prob_fn at their model latents,
+    float64, value and every part's gradient (fixed P(k) with the posterior metric; (log A,
+    n) sampled with the conditional latent and its Gaussian-approximation surrogate)."""
+    r = results["poisson"]["target"][case]
+    assert r["lp_dtype"] == "float64" and r["finite"]
+    assert r["lp_rel"] < 1e-10, r
+    expected = ["field"] if case.endswith("fixed") else ["log_amplitude", "index", "field"]
+    assert r["names"] == expected
+    assert len(r["grad_rel"]) == len(expected) and max(r["grad_rel"]) < 1e-10, r
+
+
+def test_sharded_poisson_driver_reproduces_one_device(results):
+    """Lognormal-Poisson counts with (log A, n) sampled and the posterior metric through
+    the driver (jittered HMC, 4 warm-up steps adapting the step size, 4 draws, chunks of
+    3): 4 devices == plain tensors of one device (accept decisions, step counts, every
+    part of the state, lp, P(k), stored fields), and a run killed at step 3 and resumed
+    is bit-identical."""
+    r = results["poisson"]["driver"]
+    assert {"log_amplitude", "index", "lp", "power"} <= set(r["names"]) and r["num_draws"] == 4
+    assert r["same_accepts"] and r["same_n_steps"]
+    assert 0.2 < r["accept_rate"] < 1.0, r  # the run moved and was tested
+    assert max(r["max_state_diff"]) < 1e-9 and r["max_lp_rel"] < 1e-10, r
+    assert r["max_power_rel"] < 1e-9 and r["max_field_diff"] < 1e-9, r
+    resume = r["resume"]
+    assert resume["interrupted_step"] == 3 and resume["complete"]
     assert resume["traces_identical"] and resume["fields_identical"] and resume["state_identical"]
 
 
