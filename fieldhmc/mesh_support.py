@@ -63,7 +63,9 @@ def mesh_support(
         Any power-spectrum hyperparameter sampled with the field (supported: parts
         ``[chains]`` of the state next to the sharded field).
     sampled_cosmology : bool
-        A sampled parameter of the cosmological power spectrum (Omega_m, sigma8).
+        A sampled parameter of the cosmological power spectrum (Omega_m, sigma8):
+        supported (the Eisenstein-Hu table on the distinct |k|, replicated, gathered by
+        the |k| index sharded as the spectrum).
     parametrisation : str
         ``model.parametrisation``.
 
@@ -74,7 +76,7 @@ def mesh_support(
     """
     # supported; step_size_jitter is fieldnuts' option only (refused with that kind),
     # ignored by the other kinds as on one device
-    del jitter_leapfrog, sampled_hyperparameters, step_size_jitter
+    del jitter_leapfrog, sampled_hyperparameters, sampled_cosmology, step_size_jitter
     spec = kinds.get(kind)
     problems = [
         (
@@ -98,12 +100,6 @@ def mesh_support(
             bool(forward_model),
             "model.forward: the mesh target implements the identity forward model only"
             " (the LPT/bias/RSD building blocks have no slab-sharded version)",
-        ),
-        (
-            bool(sampled_cosmology),
-            "sampled hyperparameters of the cosmological P(k) (Omega_m, sigma8): the mesh"
-            " samples the power law's log A and n only (the Eisenstein-Hu grid power, a"
-            " table gathered by a sharded |k| index, is not tested on a mesh)",
         ),
         (
             parametrisation not in MESH_PARAMETRISATIONS,

@@ -143,6 +143,20 @@ def test_distribution_takes_the_poisson_likelihood(preconditioner):
     assert config.distribution.mesh == (4,)
 
 
+def test_distribution_takes_sampled_cosmological_parameters():
+    raw = _with(sampler__preconditioner="posterior")
+    tn = {"kind": "truncated_normal", "loc": 0.3111, "scale": 0.2, "low": 0.05, "high": 1.0}
+    raw["model"]["power"] = {
+        "kind": "eisenstein_hu",
+        "omega_m": {"sample": True, "prior": tn},
+        "sigma8": 0.8102,
+    }
+    raw["sampler"]["init"] = "prior"
+    config = config_from_dict(raw, ROOT)
+    assert config.model.sampled_parameter_names == ("Omega_m",)
+    assert config.distribution.mesh == (4,)
+
+
 def _fieldhmc(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "fieldhmc", *args],

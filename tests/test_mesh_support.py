@@ -27,10 +27,6 @@ def test_supported_combinations(kind, preconditioner):
         ({"kind": "mams", "likelihood": "MyLikelihood"}, "model.likelihood.kind=MyLikelihood"),
         ({"kind": "hmc", "forward_model": True}, "model.forward"),
         ({"kind": "hmc", "parametrisation": "centred"}, "model.parametrisation=centred"),
-        (
-            {"kind": "hmc", "sampled_hyperparameters": True, "sampled_cosmology": True},
-            "sampled hyperparameters of the cosmological P(k)",
-        ),
     ],
 )
 def test_refusals_are_one_line_naming_the_setting(kwargs, named):
@@ -47,6 +43,8 @@ def test_the_mesh_kinds_take_sampled_hyperparameters(kind, preconditioner):
     for parametrisation in ("conditional", "conditional_scale"):
         reason = mesh_support(kind, sampled_hyperparameters=True, parametrisation=parametrisation)
         assert reason is None
+    reason = mesh_support(kind, sampled_hyperparameters=True, sampled_cosmology=True)
+    assert reason is None  # Omega_m, sigma8 of the Eisenstein-Hu P(k)
 
 
 @pytest.mark.parametrize("kind", ["hmc", "mclmc", "mams"])

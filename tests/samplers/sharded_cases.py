@@ -988,6 +988,122 @@ def poisson_driver_cases(mesh):
     }
 
 
+# --- sampled cosmology (Omega_m, sigma8 of the Eisenstein-Hu P(k)) ------------------------
+COSMOLOGY_SCALES = {"Omega_m": 0.05, "sigma8": 0.1}
+
+
+def _cosmology_problem():
+    """8³ Gaussian data (sigma 0.5, box 320 Mpc/h) of an Eisenstein-Hu field with
+    Omega_m and sigma8 sampled (truncated normal priors), float64."""
+    import tensorflow as tf
+
+    from fieldhmc import models
+    from fieldhmc.models.cosmology import CosmologicalPower
+    from fieldhmc.seeds import stateless_seed
+
+    tn = models.TruncatedNormalPrior
+    model = models.GaussianFieldModel(
+        models.Grid(GRID, 320.0),
+        CosmologicalPower(0.3111, 0.8102),
+        0.5,
+        hyper_priors={"Omega_m": tn(0.3111, 0.2, 0.05, 1.0), "sigma8": tn(0.8102, 0.2, 0.05)},
+        dtype=tf.float64,
+    )
+    return model, np.asarray(model.sample(seed=stateless_seed(7))["data"])
+
+
+def _cosmology_parts(target, chains, seed):
+    rng = np.random.default_rng(seed)
+    u = [0.3 + 0.02 * rng.standard_normal(chains), 0.8 + 0.05 * rng.standard_normal(chains)]
+    return target.state_from_model([*u, rng.standard_normal((chains, *GRID))])
+
+
+def cosmology_target_case(mesh):
+    """The mesh target with Omega_m and sigma8 sampled (the E&H power evaluated on the
+    distinct |k| and gathered by the sharded |k| index), posterior metric, on 4 devices
+    == model.target_log_prob_fn at the parts' model latents, value and every gradient."""
+    import tensorflow as tf
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import fft
+    from fieldhmc.samplers.reductions import host
+    from fieldhmc.samplers.sharded import _ShardedCarry
+
+    model, data = _cosmology_problem()
+    target = ShardedGaussianTarget(model, data, mesh, "posterior", hyper_scales=COSMOLOGY_SCALES)
+    parts = _cosmology_parts(target, 3, 1)
+    carry = _ShardedCarry(mesh, GRID)
+    lp, grads = tf.function(target.value_and_gradients)([carry.place(p) for p in parts])
+    lp, grads = host(lp), [host(g) for g in grads]
+    latents = [tf.constant(v) for v in target.model_latents(parts)]
+    with tf.GradientTape() as tape:
+        tape.watch(latents)
+        ref = model.target_log_prob_fn(data)(*latents)
+    ref_grads = tape.gradient(ref, latents)
+    names = model.hyper_names
+    expected = [g.numpy() * COSMOLOGY_SCALES[n] for n, g in zip(names, ref_grads[:-1], strict=True)]
+    modes = model.packing.modes_from_real(ref_grads[-1])
+    modes = modes * tf.constant(target._metric, modes.dtype)  # d/dv = A^T d/dxi
+    expected.append(fft.irfft3d(modes, fft_length=GRID, norm="ortho").numpy())
+    return {
+        "names": list(target.latent_names),
+        "lp_dtype": str(lp.dtype),
+        "lp_rel": float(np.max(np.abs(lp - ref.numpy()) / np.abs(ref.numpy()))),
+        "grad_rel": [
+            float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+            for a, b in zip(grads, expected, strict=True)
+        ],
+    }
+
+
+def cosmology_driver_case(mesh):
+    """Omega_m and sigma8 sampled through the driver (jittered HMC, posterior metric,
+    4 warm-up steps adapting the step size, 4 draws, chunks of 3): 4 devices vs plain
+    tensors of one device."""
+    import tempfile
+    from pathlib import Path
+
+    from fieldhmc.samplers import SamplerSettings
+
+    model, data = _cosmology_problem()
+    settings = SamplerSettings(
+        kind="hmc",
+        num_chains=4,
+        num_burnin_steps=4,
+        num_results=4,
+        num_leapfrog_steps=3,
+        jitter_leapfrog=True,
+        step_size=0.1,
+        chunk_size=3,
+        field_thin=2,
+        seed=5,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        one, target = _hyper_driver(model, data, None, settings, "posterior", COSMOLOGY_SCALES)
+        init = _cosmology_parts(target, 4, 5)
+        s1, t1, f1, _ = _driver_run(one, tmp / "one", init)
+        four, _ = _hyper_driver(model, data, mesh, settings, "posterior", COSMOLOGY_SCALES)
+        s4, t4, f4, _ = _driver_run(four, tmp / "four", init)
+    hypers = list(model.hyper_names)
+    return {
+        "names": sorted(t4),
+        "num_draws": int(t4["lp"].shape[0]),
+        "same_accepts": bool(np.array_equal(t1["is_accepted"], t4["is_accepted"])),
+        "same_n_steps": bool(np.array_equal(t1["n_steps"], t4["n_steps"])),
+        "accept_rate": float(t1["is_accepted"].mean()),
+        "hyper_moved": float(min(np.ptp(t1[n]) for n in hypers)),
+        "max_state_diff": [
+            float(np.max(np.abs(a - b)))
+            for a, b in zip(s1.latent_state, s4.latent_state, strict=True)
+        ],
+        "max_hyper_trace_diff": float(max(np.max(np.abs(t1[n] - t4[n])) for n in hypers)),
+        "max_lp_rel": _max_rel(t4["lp"], t1["lp"]),
+        "max_power_rel": _max_rel(t4["power"], t1["power"]),
+        "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
+    }
+
+
 def results(slow: bool) -> dict:
     from fieldhmc.ops import sharded as sh
 
@@ -1009,6 +1125,11 @@ def results(slow: bool) -> dict:
         results["hyper_posterior"]["hmc-conditional"] = hyper_posterior_ztest(
             mesh, "hmc", *HYPER_RUNS["hmc"], parametrization="conditional"
         )
+        # slow: the E&H power's graph costs ~13 s to build on the mesh
+        results["cosmology"] = {
+            "target": cosmology_target_case(mesh),
+            "driver": cosmology_driver_case(mesh),
+        }
         results["posterior"] = {
             f"{kind}-{m}": driver_wiener_ztest(mesh, m == "masked", 400, kind, "posterior")
             for kind in ("hmc", "mams")

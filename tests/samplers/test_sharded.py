@@ -182,6 +182,31 @@ def test_sharded_poisson_driver_reproduces_one_device(results):
     assert resume["traces_identical"] and resume["fields_identical"] and resume["state_identical"]
 
 
+@pytest.mark.slow
+def test_sharded_target_with_sampled_cosmology_equals_the_models_target(slow_results):
+    """Omega_m and sigma8 of the Eisenstein-Hu P(k) sampled (the power on the distinct
+    |k|, gathered by the |k| index sharded as the spectrum), posterior metric: the
+    4-device target at random parts == model.target_log_prob_fn at their model latents,
+    float64, value and every part's gradient."""
+    r = slow_results["cosmology"]["target"]
+    assert r["names"] == ["Omega_m", "sigma8", "field"]
+    assert r["lp_dtype"] == "float64" and r["lp_rel"] < 1e-10, r
+    assert len(r["grad_rel"]) == 3 and max(r["grad_rel"]) < 1e-10, r
+
+
+@pytest.mark.slow
+def test_sharded_driver_with_sampled_cosmology_reproduces_one_device(slow_results):
+    """Omega_m and sigma8 sampled through the driver (jittered HMC, posterior metric, 4
+    warm-up steps, 4 draws, chunks of 3): 4 devices == plain tensors of one device."""
+    r = slow_results["cosmology"]["driver"]
+    assert {"Omega_m", "sigma8", "lp", "power"} <= set(r["names"]) and r["num_draws"] == 4
+    assert r["same_accepts"] and r["same_n_steps"]
+    assert 0.0 < r["accept_rate"] < 1.0 and r["hyper_moved"] > 0, r
+    assert max(r["max_state_diff"]) < 1e-9 and r["max_hyper_trace_diff"] < 1e-9, r
+    assert r["max_lp_rel"] < 1e-10 and r["max_power_rel"] < 1e-9, r
+    assert r["max_field_diff"] < 1e-9, r
+
+
 MICRO = ["mclmc", "mams"]
 _TUNED = ("step_size", "trajectory_length")
 
