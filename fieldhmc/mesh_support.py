@@ -87,8 +87,10 @@ def mesh_support(
         (
             preconditioner not in MESH_PRECONDITIONERS,
             f"sampler.preconditioner={preconditioner}: the mesh applies the Fourier-diagonal"
-            f" metrics ({', '.join(MESH_PRECONDITIONERS)}); windowed adaptation of a diagonal"
-            " metric is not implemented there",
+            f" metrics ({', '.join(MESH_PRECONDITIONERS)}) as fixed maps of the target's"
+            " latent; the windowed adaptation (Sampler._update_metric) re-bootstraps the XLA"
+            " kernels' dual-averaging results with new scales, which the mesh runner's"
+            " carried results and metric-less transition do not take (not implemented)",
         ),
         (
             likelihood not in MESH_LIKELIHOODS,
