@@ -47,7 +47,9 @@ def mesh_support(
     kind : str
         ``sampler.kind``.
     preconditioner : str
-        ``sampler.preconditioner`` (``"diagonal"``: the windowed adaptation).
+        ``sampler.preconditioner`` (``"diagonal"``: the windowed adaptation, of the
+        per-element variance of the mesh target's latent; the kinds that tune their own
+        metric refuse it in their settings check).
     jitter_leapfrog : bool
         HMC with a randomised number of leapfrog steps (supported; kept so that callers
         pass every sampler option).
@@ -85,12 +87,10 @@ def mesh_support(
             + (f" ({kind}: {spec.mesh_refusal})" if spec.mesh_refusal else ""),
         ),
         (
-            preconditioner not in MESH_PRECONDITIONERS,
+            preconditioner not in (*MESH_PRECONDITIONERS, "diagonal"),
             f"sampler.preconditioner={preconditioner}: the mesh applies the Fourier-diagonal"
-            f" metrics ({', '.join(MESH_PRECONDITIONERS)}) as fixed maps of the target's"
-            " latent; the windowed adaptation (Sampler._update_metric) re-bootstraps the XLA"
-            " kernels' dual-averaging results with new scales, which the mesh runner's"
-            " carried results and metric-less transition do not take (not implemented)",
+            f" metrics ({', '.join(MESH_PRECONDITIONERS)}) as maps of the target's latent and"
+            " the windowed diagonal one as per-element scales",
         ),
         (
             likelihood not in MESH_LIKELIHOODS,

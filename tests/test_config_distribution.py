@@ -46,10 +46,6 @@ def test_no_distribution_by_default():
         ({"distribution__devices": "tpu"}, "distribution.devices: must be 'cpu' or 'gpu'"),
         ({"sampler__step_size": -1.0}, "sampler.step_size"),
         (
-            {"sampler__preconditioner": "diagonal"},
-            "distribution: not on a mesh: sampler.preconditioner=diagonal",
-        ),
-        (
             {"model__parametrisation": "centred"},
             "distribution: not on a mesh: model.parametrisation=centred",
         ),
@@ -82,7 +78,7 @@ def test_distribution_refuses_other_kinds(kind):
     assert "\n" not in text
 
 
-@pytest.mark.parametrize("preconditioner", ["prior", "posterior"])
+@pytest.mark.parametrize("preconditioner", ["prior", "posterior", "diagonal"])
 def test_distribution_takes_the_fourier_diagonal_metrics_and_jitter(preconditioner):
     raw = _with(sampler__preconditioner=preconditioner, sampler__jitter_leapfrog=True)
     config = config_from_dict(raw, ROOT)

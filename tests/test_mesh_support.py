@@ -11,7 +11,7 @@ from fieldhmc.mesh_support import mesh_support
 
 
 @pytest.mark.parametrize("kind", ["hmc", "mclmc", "mams"])
-@pytest.mark.parametrize("preconditioner", ["identity", "prior", "posterior"])
+@pytest.mark.parametrize("preconditioner", ["identity", "prior", "posterior", "diagonal"])
 def test_supported_combinations(kind, preconditioner):
     assert mesh_support(kind, preconditioner=preconditioner) is None
     assert mesh_support(kind, preconditioner=preconditioner, jitter_leapfrog=True) is None
@@ -22,7 +22,7 @@ def test_supported_combinations(kind, preconditioner):
     [
         ({"kind": "fieldnuts"}, "sampler.kind=fieldnuts"),
         ({"kind": "chees"}, "sampler.kind=chees"),
-        ({"kind": "hmc", "preconditioner": "diagonal"}, "sampler.preconditioner=diagonal"),
+        ({"kind": "hmc", "preconditioner": "dense"}, "sampler.preconditioner=dense"),
         ({"kind": "fieldnuts", "step_size_jitter": 0.1}, "sampler.kind=fieldnuts"),
         ({"kind": "mams", "likelihood": "MyLikelihood"}, "model.likelihood.kind=MyLikelihood"),
         ({"kind": "hmc", "forward_model": True}, "model.forward"),
@@ -84,8 +84,8 @@ def test_the_mesh_sampler_and_target_refuse_with_the_same_reason():
         grid, models.PowerLaw(1000.0, -1.5, 0.1), sigma=2.0, dtype=tf.float64
     )
     data = np.zeros(grid.grid_shape)
-    with pytest.raises(ValueError, match="sampler.preconditioner=diagonal"):
-        ShardedGaussianTarget(model, data, None, preconditioner="diagonal")
+    with pytest.raises(ValueError, match="sampler.preconditioner=dense"):
+        ShardedGaussianTarget(model, data, None, preconditioner="dense")
     target = ShardedGaussianTarget(model, data, None)
     settings = SamplerSettings(kind="fieldnuts", num_chains=2, step_size_jitter=0.1)
     with pytest.raises(ValueError, match=r"^not on a mesh: sampler.kind=fieldnuts"):

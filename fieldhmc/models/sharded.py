@@ -100,8 +100,9 @@ class ShardedGaussianTarget:
         Observed data ``grid_shape`` (validated by the model).
     mesh : dtensor.Mesh, optional
         1-D mesh whose size divides ``n0`` and ``n1``; None runs on plain tensors.
-    preconditioner : {"identity", "prior", "posterior"}
-        The metric, as a map of the latent (module docs); ``prior`` is the identity.
+    preconditioner : {"identity", "prior", "posterior", "diagonal"}
+        The metric, as a map of the latent (module docs); ``prior`` is the identity, and
+        so is ``diagonal`` here (the sampler adapts per-element scales of this latent).
     hyper_scales : mapping, optional
         ``{name: scale}`` of the sampled hyperparameters' latents (module docs; default 1).
 

@@ -6,6 +6,7 @@ prints one JSON line of results.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -41,7 +42,7 @@ def target_cases(mesh):
         model, data = _problem(masked, dtype)
         xi = np.random.default_rng(1).standard_normal((3, *GRID))
         target = ShardedGaussianTarget(model, data, mesh)
-        lp, grad = tf.function(target.value_and_gradient)(target.shard(xi))
+        lp, grad = tf.function(target.value_and_gradient, autograph=False)(target.shard(xi))
         lp, grad = sh.gather(lp), sh.gather(grad)
         # The model's own target at x(xi) (float64 model, same data), and its
         # gradient mapped back to xi by the (orthogonal) inverse map.
@@ -79,7 +80,7 @@ def _preconditioned_target_case(mesh):
 
     v = np.random.default_rng(2).standard_normal((3, *GRID))
     pre = ShardedGaussianTarget(model, data, mesh, preconditioner="posterior")
-    lp, grad = tf.function(pre.value_and_gradient)(pre.shard(v))
+    lp, grad = tf.function(pre.value_and_gradient, autograph=False)(pre.shard(v))
     lp, grad = sh.gather(lp), sh.gather(grad)
     plain = ShardedGaussianTarget(model, data, None)
     ref, ref_grad = plain.value_and_gradient(tf.constant(apply_a(v)))
@@ -513,6 +514,8 @@ def driver_wiener_ztest(
         settings = _settings(50, num_results, 50, 5, 0.3, 11)
     else:
         settings = _micro_settings(kind, 200, num_results, 100, seed=11, field_thin=1)
+    if preconditioner == "diagonal":  # 150 warm-up steps: one slow window, 75 to 100
+        settings = dataclasses.replace(settings, num_burnin_steps=150, adapt_diagonal=True)
     post, mean, var, info = _driver_draws(mesh, masked, settings, preconditioner)
     return {**_wiener_z(post, mean, var), **info}
 
@@ -665,7 +668,9 @@ def hyper_target_cases(mesh):
         target = ShardedGaussianTarget(model, data, mesh, pre, hyper_scales=HYPER_SCALES)
         parts = _hyper_parts(target, 3, 1)
         carry = _ShardedCarry(mesh, GRID)
-        lp, grads = tf.function(target.value_and_gradients)([carry.place(p) for p in parts])
+        lp, grads = tf.function(target.value_and_gradients, autograph=False)(
+            [carry.place(p) for p in parts]
+        )
         lp, grads = host(lp), [host(g) for g in grads]
         latents = [tf.constant(v) for v in target.model_latents(parts)]
         with tf.GradientTape() as tape:
@@ -773,6 +778,76 @@ def hyper_driver_cases(mesh, kind="hmc"):
                 np.array_equal(a, b) for a, b in zip(s4.latent_state, sr.latent_state, strict=True)
             ),
             "tuned_identical": sr.tuned == s4.tuned,
+        },
+    }
+
+
+def diagonal_driver_cases(mesh):
+    """The windowed diagonal metric on the mesh, with (log A, n) sampled: jittered HMC, 40
+    warm-up steps (one slow window, steps 6 to 36, then the step-size adaptation
+    restarted), 4 draws, chunks of 5; 4 devices vs plain tensors of one device, and a run
+    killed at step 5 (before the window), 35 (inside it: moments in the checkpoint) and
+    40 (after the metric update) and resumed each time."""
+    import tempfile
+    from pathlib import Path
+
+    from fieldhmc.samplers import SamplerSettings
+    from fieldhmc.samplers.driver import adaptation_windows
+
+    model, data = _hyper_problem(True)
+    settings = SamplerSettings(
+        kind="hmc",
+        num_chains=4,
+        num_burnin_steps=40,
+        num_results=4,
+        num_leapfrog_steps=3,
+        jitter_leapfrog=True,
+        step_size=0.1,
+        chunk_size=5,
+        field_thin=2,
+        seed=5,
+        adapt_diagonal=True,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        one, target = _hyper_driver(model, data, None, settings, "diagonal")
+        init = _hyper_parts(target, 4, 5)
+        s1, t1, _, _ = _driver_run(one, tmp / "one", init)
+        four, _ = _hyper_driver(model, data, mesh, settings, "diagonal")
+        s4, t4, f4, _ = _driver_run(four, tmp / "four", init)
+        d = tmp / "resumed"
+        steps = [int(_driver_run(four, d, init, max_chunks=1)[0].step)]
+        steps.append(int(_driver_run(four, d, resume=True, max_chunks=7)[0].step))
+        steps.append(int(_driver_run(four, d, resume=True, max_chunks=2)[0].step))
+        sr, tr, fr, _ = _driver_run(four, d, resume=True)
+    return {
+        "windows": adaptation_windows(settings.num_burnin_steps),
+        "num_draws": int(t4["lp"].shape[0]),
+        "same_accepts": bool(np.array_equal(t1["is_accepted"], t4["is_accepted"])),
+        "same_n_steps": bool(np.array_equal(t1["n_steps"], t4["n_steps"])),
+        "accept_rate": float(t1["is_accepted"].mean()),
+        "max_state_diff": [
+            float(np.max(np.abs(a - b)))
+            for a, b in zip(s1.latent_state, s4.latent_state, strict=True)
+        ],
+        "scales_rel": [_max_rel(a, b) for a, b in zip(s4.scales, s1.scales, strict=True)],
+        # the field's scales vary by element, the scalar parts' moved off 1
+        "field_scale_ptp": float(np.ptp(s4.scales[-1])),
+        "hyper_scales": [float(v) for v in s4.scales[:-1]],
+        "max_lp_rel": _max_rel(t4["lp"], t1["lp"]),
+        "step_size_rel": _max_rel(t4["step_size"], t1["step_size"]),
+        "resume": {
+            "interrupted_steps": steps,
+            "complete": bool(sr.complete),
+            "traces_identical": sorted(tr) == sorted(t4)
+            and all(np.array_equal(t4[k], tr[k], equal_nan=True) for k in t4),
+            "fields_identical": all(np.array_equal(f4[k], fr[k]) for k in f4),
+            "state_identical": all(
+                np.array_equal(a, b) for a, b in zip(s4.latent_state, sr.latent_state, strict=True)
+            ),
+            "scales_identical": all(
+                np.array_equal(a, b) for a, b in zip(s4.scales, sr.scales, strict=True)
+            ),
         },
     }
 
@@ -902,7 +977,9 @@ def poisson_target_cases(mesh):
         else:  # xi about the posterior: counts of 3 per voxel keep exp(delta) moderate
             parts = [0.5 * np.random.default_rng(1).standard_normal((3, *GRID))]
         carry = _ShardedCarry(mesh, GRID)
-        lp, grads = tf.function(target.value_and_gradients)([carry.place(p) for p in parts])
+        lp, grads = tf.function(target.value_and_gradients, autograph=False)(
+            [carry.place(p) for p in parts]
+        )
         lp, grads = host(lp), [host(g) for g in grads]
         latents = [tf.constant(v) for v in target.model_latents(parts)]
         with tf.GradientTape() as tape:
@@ -1033,7 +1110,9 @@ def cosmology_target_case(mesh):
     target = ShardedGaussianTarget(model, data, mesh, "posterior", hyper_scales=COSMOLOGY_SCALES)
     parts = _cosmology_parts(target, 3, 1)
     carry = _ShardedCarry(mesh, GRID)
-    lp, grads = tf.function(target.value_and_gradients)([carry.place(p) for p in parts])
+    lp, grads = tf.function(target.value_and_gradients, autograph=False)(
+        [carry.place(p) for p in parts]
+    )
     lp, grads = host(lp), [host(g) for g in grads]
     latents = [tf.constant(v) for v in target.model_latents(parts)]
     with tf.GradientTape() as tape:
@@ -1130,6 +1209,9 @@ def results(slow: bool) -> dict:
             "target": cosmology_target_case(mesh),
             "driver": cosmology_driver_case(mesh),
         }
+        results["diagonal_ztest"] = {
+            m: driver_wiener_ztest(mesh, m == "masked", 400, "hmc", "diagonal") for m in masks
+        }
         results["posterior"] = {
             f"{kind}-{m}": driver_wiener_ztest(mesh, m == "masked", 400, kind, "posterior")
             for kind in ("hmc", "mams")
@@ -1152,6 +1234,7 @@ def results(slow: bool) -> dict:
                 "target": poisson_target_cases(mesh),
                 "driver": poisson_driver_cases(mesh),
             },
+            "diagonal": diagonal_driver_cases(mesh),
         }
     return results
 
