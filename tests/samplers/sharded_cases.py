@@ -782,19 +782,20 @@ def hyper_driver_cases(mesh, kind="hmc"):
     }
 
 
-def diagonal_driver_cases(mesh):
-    """The windowed diagonal metric on the mesh, with (log A, n) sampled: jittered HMC, 40
-    warm-up steps (one slow window, steps 6 to 36, then the step-size adaptation
-    restarted), 4 draws, chunks of 5; 4 devices vs plain tensors of one device, and a run
-    killed at step 5 (before the window), 35 (inside it: moments in the checkpoint) and
-    40 (after the metric update) and resumed each time."""
+def poisson_diagonal_driver_cases(mesh):
+    """Lognormal-Poisson counts with (log A, n) sampled and the windowed diagonal metric
+    through the driver (one compiled run for both): jittered HMC, 40 warm-up steps (one
+    slow window, steps 6 to 36, then the step-size adaptation restarted), 4 draws, chunks
+    of 5; 4 devices vs plain tensors of one device, and a run killed at step 5 (before
+    the window), 35 (inside it: moments in the checkpoint) and 40 (after the metric
+    update) and resumed each time."""
     import tempfile
     from pathlib import Path
 
     from fieldhmc.samplers import SamplerSettings
     from fieldhmc.samplers.driver import adaptation_windows
 
-    model, data = _hyper_problem(True)
+    model, data = _poisson_problem(True)
     settings = SamplerSettings(
         kind="hmc",
         num_chains=4,
@@ -812,7 +813,8 @@ def diagonal_driver_cases(mesh):
         tmp = Path(tmp)
         one, target = _hyper_driver(model, data, None, settings, "diagonal")
         init = _hyper_parts(target, 4, 5)
-        s1, t1, _, _ = _driver_run(one, tmp / "one", init)
+        init[-1] = 0.3 * init[-1]  # about the posterior's scale
+        s1, t1, f1, _ = _driver_run(one, tmp / "one", init)
         four, _ = _hyper_driver(model, data, mesh, settings, "diagonal")
         s4, t4, f4, _ = _driver_run(four, tmp / "four", init)
         d = tmp / "resumed"
@@ -822,6 +824,7 @@ def diagonal_driver_cases(mesh):
         sr, tr, fr, _ = _driver_run(four, d, resume=True)
     return {
         "windows": adaptation_windows(settings.num_burnin_steps),
+        "names": sorted(t4),
         "num_draws": int(t4["lp"].shape[0]),
         "same_accepts": bool(np.array_equal(t1["is_accepted"], t4["is_accepted"])),
         "same_n_steps": bool(np.array_equal(t1["n_steps"], t4["n_steps"])),
@@ -836,6 +839,8 @@ def diagonal_driver_cases(mesh):
         "hyper_scales": [float(v) for v in s4.scales[:-1]],
         "max_lp_rel": _max_rel(t4["lp"], t1["lp"]),
         "step_size_rel": _max_rel(t4["step_size"], t1["step_size"]),
+        "max_power_rel": _max_rel(t4["power"], t1["power"]),
+        "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
         "resume": {
             "interrupted_steps": steps,
             "complete": bool(sr.complete),
@@ -1005,66 +1010,6 @@ def poisson_target_cases(mesh):
     return out
 
 
-def poisson_driver_cases(mesh):
-    """A short driver run on lognormal-Poisson counts with (log A, n) sampled and the
-    posterior metric: jittered HMC, 4 warm-up steps adapting the step size, 4 draws,
-    chunks of 3; 4 devices vs plain tensors of one device, and a run killed at step 3
-    and resumed."""
-    import tempfile
-    from pathlib import Path
-
-    from fieldhmc.samplers import SamplerSettings
-
-    model, data = _poisson_problem(True)
-    settings = SamplerSettings(
-        kind="hmc",
-        num_chains=4,
-        num_burnin_steps=4,
-        num_results=4,
-        num_leapfrog_steps=3,
-        jitter_leapfrog=True,
-        step_size=0.1,
-        chunk_size=3,
-        field_thin=2,
-        seed=5,
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        one, target = _hyper_driver(model, data, None, settings, "posterior")
-        init = _hyper_parts(target, 4, 5)
-        init[-1] = 0.3 * init[-1]  # about the posterior's scale
-        s1, t1, f1, _ = _driver_run(one, tmp / "one", init)
-        four, _ = _hyper_driver(model, data, mesh, settings, "posterior")
-        s4, t4, f4, _ = _driver_run(four, tmp / "four", init)
-        d = tmp / "resumed"
-        first = int(_driver_run(four, d, init, max_chunks=1)[0].step)
-        sr, tr, fr, _ = _driver_run(four, d, resume=True)
-    return {
-        "names": sorted(t4),
-        "num_draws": int(t4["lp"].shape[0]),
-        "same_accepts": bool(np.array_equal(t1["is_accepted"], t4["is_accepted"])),
-        "same_n_steps": bool(np.array_equal(t1["n_steps"], t4["n_steps"])),
-        "accept_rate": float(t1["is_accepted"].mean()),
-        "max_state_diff": [
-            float(np.max(np.abs(a - b)))
-            for a, b in zip(s1.latent_state, s4.latent_state, strict=True)
-        ],
-        "max_lp_rel": _max_rel(t4["lp"], t1["lp"]),
-        "max_power_rel": _max_rel(t4["power"], t1["power"]),
-        "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
-        "resume": {
-            "interrupted_step": first,
-            "complete": bool(sr.complete),
-            "traces_identical": sorted(tr) == sorted(t4)
-            and all(np.array_equal(t4[k], tr[k], equal_nan=True) for k in t4),
-            "fields_identical": all(np.array_equal(f4[k], fr[k]) for k in f4),
-            "state_identical": all(
-                np.array_equal(a, b) for a, b in zip(s4.latent_state, sr.latent_state, strict=True)
-            ),
-        },
-    }
-
-
 # --- sampled cosmology (Omega_m, sigma8 of the Eisenstein-Hu P(k)) ------------------------
 COSMOLOGY_SCALES = {"Omega_m": 0.05, "sigma8": 0.1}
 
@@ -1232,9 +1177,8 @@ def results(slow: bool) -> dict:
             },
             "poisson": {
                 "target": poisson_target_cases(mesh),
-                "driver": poisson_driver_cases(mesh),
+                "driver": poisson_diagonal_driver_cases(mesh),
             },
-            "diagonal": diagonal_driver_cases(mesh),
         }
     return results
 
