@@ -163,13 +163,13 @@ def _fieldhmc(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _run_small(raw: dict, tmp_path: Path) -> Path:
+def _run_small(raw: dict, tmp_path: Path, num_burnin_steps: int = 10) -> Path:
     """``fieldhmc run`` of ``raw`` at 8³ (10 warm-up + 6 draws, chunks of 4, every 2nd
     field stored); asserts it exits 0 and writes the usual run directory."""
     import yaml
 
     raw["grid"]["shape"] = [8, 8, 8]
-    raw["sampler"].update(num_results=6, num_burnin_steps=10, chunk_size=4)
+    raw["sampler"].update(num_results=6, num_burnin_steps=num_burnin_steps, chunk_size=4)
     raw["outputs"] = {"directory": str(tmp_path / "unused"), "field_thin": 2}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -261,14 +261,16 @@ def test_cli_runs_sharded_hmc_with_sampled_hyperparameters(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_runs_sharded_poisson(tmp_path):
+@pytest.mark.parametrize("preconditioner", ["posterior", "diagonal"])
+def test_cli_runs_sharded_poisson(tmp_path, preconditioner):
     """``fieldhmc run`` with distribution and lognormal-Poisson counts (8³, jittered HMC,
-    posterior metric, 4 virtual CPUs): the usual run directory with finite traces, and
-    ``fieldhmc resume --num-results`` extends it on the mesh."""
+    the posterior metric, or the windowed diagonal one with 24 warm-up steps: one window,
+    3 to 22; 4 virtual CPUs): the usual run directory with finite traces, and ``fieldhmc
+    resume --num-results`` extends it on the mesh."""
     import h5py
 
-    raw = _with_poisson(sampler__preconditioner="posterior", sampler__jitter_leapfrog=True)
-    out = _run_small(raw, tmp_path)
+    raw = _with_poisson(sampler__preconditioner=preconditioner, sampler__jitter_leapfrog=True)
+    out = _run_small(raw, tmp_path, num_burnin_steps=24 if preconditioner == "diagonal" else 10)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["metadata"]["distribution"]["mesh"] == [4]
     with h5py.File(out / "traces.h5", "r") as f:
