@@ -46,10 +46,6 @@ def test_no_distribution_by_default():
         ({"distribution__devices": "tpu"}, "distribution.devices: must be 'cpu' or 'gpu'"),
         ({"sampler__step_size": -1.0}, "sampler.step_size"),
         (
-            {"sampler__preconditioner": "diagonal"},
-            "distribution: not on a mesh: sampler.preconditioner=diagonal",
-        ),
-        (
             {"model__parametrisation": "centred"},
             "distribution: not on a mesh: model.parametrisation=centred",
         ),
@@ -82,7 +78,7 @@ def test_distribution_refuses_other_kinds(kind):
     assert "\n" not in text
 
 
-@pytest.mark.parametrize("preconditioner", ["prior", "posterior"])
+@pytest.mark.parametrize("preconditioner", ["prior", "posterior", "diagonal"])
 def test_distribution_takes_the_fourier_diagonal_metrics_and_jitter(preconditioner):
     raw = _with(sampler__preconditioner=preconditioner, sampler__jitter_leapfrog=True)
     config = config_from_dict(raw, ROOT)
@@ -130,6 +126,33 @@ def test_distribution_takes_the_conditional_parametrisations(parametrisation):
     assert config.model.parametrisation == parametrisation
 
 
+def _with_poisson(**sections) -> dict:
+    raw = _with(**sections)
+    raw["model"]["likelihood"] = {"kind": "lognormal_poisson", "nbar": 3.0}
+    return raw
+
+
+@pytest.mark.parametrize("preconditioner", ["identity", "prior", "posterior"])
+def test_distribution_takes_the_poisson_likelihood(preconditioner):
+    config = config_from_dict(_with_poisson(sampler__preconditioner=preconditioner), ROOT)
+    assert config.model.likelihood.kind == "lognormal_poisson"
+    assert config.distribution.mesh == (4,)
+
+
+def test_distribution_takes_sampled_cosmological_parameters():
+    raw = _with(sampler__preconditioner="posterior")
+    tn = {"kind": "truncated_normal", "loc": 0.3111, "scale": 0.2, "low": 0.05, "high": 1.0}
+    raw["model"]["power"] = {
+        "kind": "eisenstein_hu",
+        "omega_m": {"sample": True, "prior": tn},
+        "sigma8": 0.8102,
+    }
+    raw["sampler"]["init"] = "prior"
+    config = config_from_dict(raw, ROOT)
+    assert config.model.sampled_parameter_names == ("Omega_m",)
+    assert config.distribution.mesh == (4,)
+
+
 def _fieldhmc(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "fieldhmc", *args],
@@ -140,13 +163,13 @@ def _fieldhmc(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _run_small(raw: dict, tmp_path: Path) -> Path:
+def _run_small(raw: dict, tmp_path: Path, num_burnin_steps: int = 10) -> Path:
     """``fieldhmc run`` of ``raw`` at 8³ (10 warm-up + 6 draws, chunks of 4, every 2nd
     field stored); asserts it exits 0 and writes the usual run directory."""
     import yaml
 
     raw["grid"]["shape"] = [8, 8, 8]
-    raw["sampler"].update(num_results=6, num_burnin_steps=10, chunk_size=4)
+    raw["sampler"].update(num_results=6, num_burnin_steps=num_burnin_steps, chunk_size=4)
     raw["outputs"] = {"directory": str(tmp_path / "unused"), "field_thin": 2}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -235,3 +258,25 @@ def test_cli_runs_sharded_hmc_with_sampled_hyperparameters(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     with h5py.File(out / "traces.h5", "r") as f:
         assert f["lp"].shape == (10, 4) and f["log_amplitude"].shape == (10, 4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preconditioner", ["posterior", "diagonal"])
+def test_cli_runs_sharded_poisson(tmp_path, preconditioner):
+    """``fieldhmc run`` with distribution and lognormal-Poisson counts (8³, jittered HMC,
+    the posterior metric, or the windowed diagonal one with 24 warm-up steps: one window,
+    3 to 22; 4 virtual CPUs): the usual run directory with finite traces, and ``fieldhmc
+    resume --num-results`` extends it on the mesh."""
+    import h5py
+
+    raw = _with_poisson(sampler__preconditioner=preconditioner, sampler__jitter_leapfrog=True)
+    out = _run_small(raw, tmp_path, num_burnin_steps=24 if preconditioner == "diagonal" else 10)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["metadata"]["distribution"]["mesh"] == [4]
+    with h5py.File(out / "traces.h5", "r") as f:
+        assert f["lp"].shape == (6, 4) and np.all(np.isfinite(f["lp"][()]))
+        assert np.all(np.isfinite(f["power"][()]))
+    proc = _fieldhmc("resume", str(out), "--num-results", "10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with h5py.File(out / "traces.h5", "r") as f:
+        assert f["lp"].shape == (10, 4)

@@ -217,7 +217,7 @@ def test_bad_galaxy_config_before_tensorflow(tmp_path) -> None:
 
 def test_sampled_cosmology_counts_as_sampled_power() -> None:
     """Sampled Omega_m / sigma8 are sampled P(k) parameters for the sampler-section rules:
-    the default metric is the prior's, init wiener and a mesh are refused."""
+    the default metric is the prior's, init wiener is refused, and a mesh takes them."""
     from fieldhmc.config import ConfigError
 
     raw = {
@@ -236,5 +236,7 @@ def test_sampled_cosmology_counts_as_sampled_power() -> None:
     assert config.model.samples_power and config.sampler.preconditioner == "prior"
     with pytest.raises(ConfigError, match="wiener needs fixed hyperparameters"):
         config_from_dict({**raw, "sampler": {"init": "wiener"}}, ".")
-    with pytest.raises(ConfigError, match="not on a mesh: sampled hyperparameters"):
-        config_from_dict({**raw, "distribution": {"mesh": [2]}, "grid": {"shape": [8, 8, 8]}}, ".")
+    meshed = config_from_dict(
+        {**raw, "distribution": {"mesh": [2]}, "grid": {"shape": [8, 8, 8]}}, "."
+    )
+    assert meshed.model.samples_power and meshed.distribution.mesh == (2,)

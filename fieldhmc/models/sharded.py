@@ -1,9 +1,10 @@
-"""The Gaussian field model's posterior on a field sharded over a DTensor mesh.
+"""A Gaussian-field model's posterior on a field sharded over a DTensor mesh.
 
 :class:`ShardedGaussianTarget` evaluates the log density and its gradient of a
-:class:`~fieldhmc.models.GaussianFieldModel` (non-centred or conditional latent,
-identity forward model; scalar or per-voxel sigma and an optional mask; fixed or sampled
-power-spectrum hyperparameters) for fields laid out in x-slabs
+:class:`~fieldhmc.models.GaussianFieldModel` (scalar or per-voxel sigma and an optional
+mask) or a :class:`~fieldhmc.models.LognormalPoissonModel` (counts, optional
+completeness) -- non-centred or conditional latent, identity forward model, fixed or sampled
+power-spectrum hyperparameters -- for fields laid out in x-slabs
 (:func:`fieldhmc.ops.sharded.slab_layout`): each device holds ``n0 / P`` planes of the
 latent, of :math:`\\delta` and of the gradient.
 
@@ -23,6 +24,14 @@ over the whole mesh (DTensor inserts the all-reduce), returning float64 ``[chain
 
 The same class runs on plain tensors (``mesh=None``) with :mod:`fieldhmc.ops`: that
 is the single-device reference the sharded run must reproduce.
+
+**Poisson counts.** The lognormal-Poisson likelihood is a per-voxel sum in real space:
+the target calls the likelihood's own ``log_prob`` on the slab field with its per-voxel
+constants in slabs (its float64 sums are reduced over the mesh by DTensor), and
+:math:`\\sigma^2_\\delta` is the model's (fixed) or its Hermitian-weighted sum of
+:math:`s_k(\\theta)` over the spectrum layout (sampled). The conditional latent's
+surrogate and the ``posterior`` metric read the likelihood's Gaussian approximation
+(:math:`\\bar W = \\bar n \\langle m \\rangle`), as on one device.
 
 **Sampled hyperparameters.** The state is then a list of parts in the model's
 ``latent_names`` order: one ``[chains]`` tensor per sampled hyperparameter (replicated on
@@ -67,29 +76,33 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from fieldhmc.mesh_support import mesh_support
-from fieldhmc.models.gaussian import GaussianFieldModel
+from fieldhmc.models.forward import ForwardFieldModel
+from fieldhmc.models.likelihoods import LognormalPoissonLikelihood
 from fieldhmc.ops import fft as fft1
 from fieldhmc.ops import sharded
 
 __all__ = ["ShardedGaussianTarget"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+#: the lognormal-Poisson likelihood's per-voxel constants (laid out in slabs)
+_POISSON_FIELDS = ("counts", "expected", "observed")
 
 
 class ShardedGaussianTarget:
-    """Posterior log density of a Gaussian field model on x-slab DTensors.
+    """Posterior log density of a Gaussian-field model on x-slab DTensors.
 
     Parameters
     ----------
-    model : GaussianFieldModel
-        Non-centred or conditional, identity forward model; sampled P(k)
-        hyperparameters allowed.
+    model : ForwardFieldModel
+        A ``GaussianFieldModel`` or ``LognormalPoissonModel``: non-centred or
+        conditional, identity forward model; sampled P(k) hyperparameters allowed.
     data : array-like
         Observed data ``grid_shape`` (validated by the model).
     mesh : dtensor.Mesh, optional
         1-D mesh whose size divides ``n0`` and ``n1``; None runs on plain tensors.
-    preconditioner : {"identity", "prior", "posterior"}
-        The metric, as a map of the latent (module docs); ``prior`` is the identity.
+    preconditioner : {"identity", "prior", "posterior", "diagonal"}
+        The metric, as a map of the latent (module docs); ``prior`` is the identity, and
+        so is ``diagonal`` here (the sampler adapts per-element scales of this latent).
     hyper_scales : mapping, optional
         ``{name: scale}`` of the sampled hyperparameters' latents (module docs; default 1).
 
@@ -102,17 +115,24 @@ class ShardedGaussianTarget:
 
     def __init__(
         self,
-        model: GaussianFieldModel,
+        model: ForwardFieldModel,
         data,
         mesh: dtensor.Mesh | None = None,
         preconditioner: str = "identity",
         hyper_scales: Mapping[str, float] | None = None,
     ):
-        if not isinstance(model, GaussianFieldModel):
-            raise ValueError(f"needs a GaussianFieldModel, got {type(model).__name__}")
+        if not isinstance(model, ForwardFieldModel):
+            raise ValueError(f"needs a ForwardFieldModel, got {type(model).__name__}")
+        lik = model.likelihood
+        self._is_poisson = isinstance(lik, LognormalPoissonLikelihood)
         reason = mesh_support(
             "hmc",
             preconditioner=preconditioner,
+            likelihood="lognormal_poisson"
+            if self._is_poisson
+            else "gaussian"
+            if lik.is_gaussian
+            else type(lik).__name__,
             forward_model=model.forward is not None,
             sampled_hyperparameters=bool(model.hyper_names),
             sampled_cosmology=bool(set(model.power_hyper_names) - {"log_amplitude", "index"}),
@@ -143,13 +163,15 @@ class ShardedGaussianTarget:
         self._metric_constants(model, preconditioner)
         if self.hyper_names or self._is_conditional:  # the power's grid terms, sharded
             self._power_constants = self._spectrum_constants(model)
+        self._num_cells = int(np.prod(self.grid_shape))
+        if self._is_poisson:
+            self._poisson_constants(model, lc)
+            return
         self._data = self._put(lc["data"].numpy()[None].astype(np_dtype))
         # float64 weights (the likelihood's constants hold them in the model dtype)
-        lik = model.likelihood
         w = np.asarray(lik.weights.flat[0] if lik.is_fourier_diagonal else lik.weights, np.float64)
         self._weights = float(w) if w.ndim == 0 else self._put(w[None])
         self._log_norm = float(lc["log_norm"].numpy())
-        self._num_cells = int(np.prod(self.grid_shape))
 
     # --- layout helpers ------------------------------------------------------------------
     def _put(self, value: np.ndarray, spectrum: bool = False) -> tf.Tensor:
@@ -158,7 +180,7 @@ class ShardedGaussianTarget:
         layout = sharded.spectrum_layout if spectrum else sharded.slab_layout
         return sharded.shard(value, layout(self.mesh))
 
-    def _spectrum_constants(self, model: GaussianFieldModel) -> dict[str, tf.Tensor]:
+    def _spectrum_constants(self, model: ForwardFieldModel) -> dict[str, tf.Tensor]:
         """The power spectrum's grid terms and ``is_pos`` (half-spectrum arrays in the
         spectrum layout, others replicated), floats as float64."""
         half = (self.grid_shape[0], self.grid_shape[1], self.grid_shape[2] // 2 + 1)
@@ -178,7 +200,7 @@ class ShardedGaussianTarget:
                 out[name] = sharded.shard(value, dtensor.Layout.replicated(self.mesh, value.ndim))
         return out
 
-    def _metric_constants(self, model: GaussianFieldModel, preconditioner: str) -> None:
+    def _metric_constants(self, model: ForwardFieldModel, preconditioner: str) -> None:
         """The fiducial :math:`\\sqrt{s_k}` and the metric's :math:`c_k` (module docs)."""
         np_dtype = self.dtype.as_numpy_dtype
         s = model.signal_variance_np()
@@ -196,7 +218,7 @@ class ShardedGaussianTarget:
             weighted = model.grid.hermitian_weights() * self._metric**2
             self._prior_weights = self._put(weighted[None].astype(np_dtype), spectrum=True)
 
-    def _conditional_constants(self, model: GaussianFieldModel, data) -> None:
+    def _conditional_constants(self, model: ForwardFieldModel, data) -> None:
         """What the conditional parametrisation reads (spectrum layout): the Hermitian
         weights, the fiducial ``s_k`` (fixed hyperparameters) and, for ``conditional``,
         the noise-weighted data modes :math:`\\tilde b` (module docs of
@@ -216,6 +238,34 @@ class ShardedGaussianTarget:
                 self._put(b[k].numpy()[None], spectrum=True)
                 for k in ("surrogate_re", "surrogate_im")
             )
+
+    def _poisson_constants(self, model: ForwardFieldModel, lc: Mapping[str, tf.Tensor]) -> None:
+        """The lognormal-Poisson likelihood's constants (its :meth:`constants`, the
+        per-voxel ones in slabs) and :math:`\\sigma^2_\\delta` (fixed hyperparameters: the
+        model's value; sampled: its Hermitian-weighted sum over the spectrum layout)."""
+        self._poisson = {name: self._put(lc[name].numpy()[None]) for name in _POISSON_FIELDS}
+        self._poisson_scalars = {k: float(lc[k].numpy()) for k in ("total_counts", "const")}
+        h = model.grid.hermitian_weights()
+        # FieldModel._constants' sigma2_delta, the same float64 expression
+        self._sigma2_fixed = float((h * model.signal_variance_np()).sum() / model.grid.num_cells)
+        if self.hyper_names:
+            self._sigma2_weights = self._put(h[None].astype(np.float64), spectrum=True)
+
+    def _sigma2_delta(self, u: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        """float64 prior variance of :math:`\\delta(x)` (``FieldModel._sigma2_delta``):
+        a scalar, or ``[chains]`` with sampled hyperparameters."""
+        if not self.hyper_names:
+            return tf.constant(self._sigma2_fixed, tf.float64)
+        hp = {name: self.model._physical(name, value) for name, value in u.items()}
+        s = self.model._signal_variance(hp, self._power_constants)  # [chains, n0, n1, m]
+        return tf.reduce_sum(self._sigma2_weights * s, axis=[1, 2, 3]) / self._num_cells
+
+    def _poisson_log_likelihood(self, delta: tf.Tensor, u: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        """The likelihood's own :meth:`~LognormalPoissonLikelihood.log_prob` of the slab
+        field (per-voxel terms, global float64 sums: DTensor reduces over the mesh)."""
+        lc = dict(self._poisson)
+        lc.update({k: tf.constant(v, tf.float64) for k, v in self._poisson_scalars.items()})
+        return self.model.likelihood.log_prob(delta, lc, self._sigma2_delta(u))
 
     def shard(self, field) -> tf.Tensor:
         """Lay out a host array ``[chains, *grid_shape]`` as the target expects."""
@@ -333,10 +383,14 @@ class ShardedGaussianTarget:
             delta = self._delta_of_modes(modes, self._field_scale(u))
             power = tf.math.real(modes) ** 2 + tf.math.imag(modes) ** 2
             prior = tf.reduce_sum(tf.cast(self._prior_weights * power, tf.float64), axis=[1, 2, 3])
-        residual = tf.cast(self._data - delta, tf.float64)
-        quad = tf.reduce_sum(self._weights * tf.square(residual), axis=[1, 2, 3])
-        const = self._log_norm - 0.5 * self._num_cells * _LOG_2PI
-        lp = -0.5 * prior - 0.5 * quad + tf.constant(const, tf.float64)
+        if self._is_poisson:
+            const = tf.constant(-0.5 * self._num_cells * _LOG_2PI, tf.float64)
+            lp = -0.5 * prior + self._poisson_log_likelihood(delta, u) + const
+        else:
+            residual = tf.cast(self._data - delta, tf.float64)
+            quad = tf.reduce_sum(self._weights * tf.square(residual), axis=[1, 2, 3])
+            const = self._log_norm - 0.5 * self._num_cells * _LOG_2PI
+            lp = -0.5 * prior - 0.5 * quad + tf.constant(const, tf.float64)
         if not self.hyper_names:
             return lp
         lp = lp + self.model._log_prior_hypers(u)

@@ -408,6 +408,10 @@ class ChunkRunner(Protocol):
         ``(scales, dtype) -> list``: the metric as the chunk takes it.
     fresh_state : callable
         ``init_state -> _RunState``: validate and load a fresh state into ``carry``.
+    restart_adaptation : callable, optional
+        ``(run_state, scales) -> None``: a slow window's end for a runner whose kernel
+        results are not the XLA kernels' (:meth:`Sampler._update_metric` re-bootstraps
+        those itself): take the new scales and restart the step-size adaptation.
     """
 
     carry: _Carry
@@ -802,14 +806,14 @@ class Sampler:
         )
 
     def _update_metric(self, rs: _RunState) -> None:
-        """End of a slow window: new scales from the windowed variance, restart step size."""
+        """End of a slow window: new scales from the windowed variance, restart step size
+        (a runner with its own results restarts them: ``runner.restart_adaptation``)."""
         x, lw = self._carry.numpy("x"), self._carry.numpy("lw")
-        count = float(lw[0])
-        new_scales = []
-        for i, p in enumerate(x):
-            var = np.asarray(lw[2 + 2 * i]) / max(count - 1.0, 1.0)
-            var = (count / (count + 5.0)) * var + 1e-3 * (5.0 / (count + 5.0))
-            new_scales.append(np.sqrt(var).astype(p.dtype))
+        new_scales = windowed_scales(x, lw)
+        restart = getattr(self.runner, "restart_adaptation", None)
+        if restart is not None:
+            restart(rs, new_scales)
+            return
         dtype = tf.as_dtype(x[0].dtype)
         step_size = np.asarray(self._carry.numpy("results").new_step_size)
         rs.scales, rs.scale_tensors = new_scales, None
@@ -983,6 +987,18 @@ class Sampler:
                 self._carry.numpy("results"), rs.scales
             ),
         }
+
+
+def windowed_scales(x: Sequence[np.ndarray], lw: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """A slow window's metric scales per part: the square root of the windowed variance
+    ``lw`` (count, then mean and M2 per part of ``x``), regularised toward 1e-3 as Stan's."""
+    count = float(lw[0])
+    new_scales = []
+    for i, p in enumerate(x):
+        var = np.asarray(lw[2 + 2 * i]) / max(count - 1.0, 1.0)
+        var = (count / (count + 5.0)) * var + 1e-3 * (5.0 / (count + 5.0))
+        new_scales.append(np.sqrt(var).astype(p.dtype))
+    return new_scales
 
 
 def tuned_parameters(kind: str, results, scales) -> dict:

@@ -84,6 +84,7 @@ __all__ = [
     "ShardedHMCResults",
     "MeshChunkRunner",
     "ShardedSampler",
+    "ShardedWindowedHMCResults",
     "make_hmc_transition",
     "run_sharded_hmc",
 ]
@@ -130,12 +131,16 @@ def make_hmc_transition(
     Returns
     -------
     callable
-        ``one_step(parts, lp, grads, step_size, momentum_base, accept_base, step) ->
-        (parts, lp, grads, energy, energy_error, is_accepted)``: ``step_size`` a scalar of
-        ``dtype``, the two bases uint64 scalars
+        ``one_step(parts, lp, grads, step_size, momentum_base, accept_base, step
+        [, num_steps], scales=None) -> (parts, lp, grads, energy, energy_error,
+        is_accepted)``: ``step_size`` a scalar of ``dtype``, the two bases uint64 scalars
         (:func:`~fieldhmc.samplers.counter_random.base_key`), ``step`` int64;
         ``energy`` is :math:`-\\log p(x_{t-1}) + K(p_0)`, ``energy_error``
-        :math:`H_1 - H_0`, both float64 ``[chains]``.
+        :math:`H_1 - H_0`, both float64 ``[chains]``. ``scales`` (a tensor per part,
+        broadcasting against it) is a diagonal metric :math:`M^{-1/2}`: the dynamics of
+        :math:`u = x / \\mathrm{scale}` written in :math:`x` (drift
+        :math:`\\epsilon\\,\\mathrm{scale}\\,p`, kick :math:`\\epsilon\\,\\mathrm{scale}\\,
+        \\nabla_x \\log p`), so the carried gradient stays that of :math:`x`.
     """
     if num_leapfrog_steps < 1:
         raise ValueError(f"num_leapfrog_steps must be >= 1, got {num_leapfrog_steps}")
@@ -151,6 +156,9 @@ def make_hmc_transition(
             total = total + 0.5 * tf.square(tf.cast(p, tf.float64))
         return total
 
+    def scaled(vs, scales):
+        return vs if scales is None else [v * sc for v, sc in zip(vs, scales, strict=True)]
+
     def select(accept, new, old):
         return [
             tf.where(tf.reshape(accept, [chains] + [1] * (n.shape.rank - 1)), n, o)
@@ -159,19 +167,20 @@ def make_hmc_transition(
 
     # The transition in three pieces, written once: unrolled into one compiled function
     # for a fixed count, called from Python per leapfrog step for a jittered one.
-    def begin(lp, grads, step_size, momentum_base, step):
+    def begin(lp, grads, step_size, momentum_base, step, scales):
         eps = tf.cast(step_size, dtype)
         key = step_key(momentum_base, step)
         ps = [index_normal(index, key, dtype) for index in indices]
         h0 = -lp + kinetic(ps)
-        return [p + (0.5 * eps) * g for p, g in zip(ps, grads, strict=True)], h0  # half kick
+        kicks = scaled(grads, scales)
+        return [p + (0.5 * eps) * g for p, g in zip(ps, kicks, strict=True)], h0  # half kick
 
-    def leapfrog(xs, ps, step_size, is_last: bool):
+    def leapfrog(xs, ps, step_size, is_last: bool, scales):
         eps = tf.cast(step_size, dtype)
-        xs = [x + eps * p for x, p in zip(xs, ps, strict=True)]
+        xs = [x + eps * p for x, p in zip(xs, scaled(ps, scales), strict=True)]
         lp, gs = value_and_gradients_fn(xs)
         kick = (0.5 * eps) if is_last else eps
-        return xs, [p + kick * g for p, g in zip(ps, gs, strict=True)], lp, gs
+        return xs, [p + kick * g for p, g in zip(ps, scaled(gs, scales), strict=True)], lp, gs
 
     def end(xs, lp, grads, xn, pn, lpn, gn, h0, accept_base, step):
         h1 = -lpn + kinetic(pn)
@@ -189,11 +198,11 @@ def make_hmc_transition(
         )
 
     @tf.function(autograph=False)
-    def one_step(xs, lp, grads, step_size, momentum_base, accept_base, step):
-        pn, h0 = begin(lp, grads, step_size, momentum_base, step)
+    def one_step(xs, lp, grads, step_size, momentum_base, accept_base, step, scales=None):
+        pn, h0 = begin(lp, grads, step_size, momentum_base, step, scales)
         xn, gn, lpn = xs, grads, lp
         for i in range(num_leapfrog_steps):
-            xn, pn, lpn, gn = leapfrog(xn, pn, step_size, i == num_leapfrog_steps - 1)
+            xn, pn, lpn, gn = leapfrog(xn, pn, step_size, i == num_leapfrog_steps - 1, scales)
         return end(xs, lp, grads, xn, pn, lpn, gn, h0, accept_base, step)
 
     if not jitter_leapfrog:
@@ -201,14 +210,16 @@ def make_hmc_transition(
 
     compile_fn = functools.partial(tf.function, autograph=False)
     begin_c, end_c = compile_fn(begin), compile_fn(end)
-    kick = compile_fn(lambda xs, ps, eps: leapfrog(xs, ps, eps, False))
-    last_kick = compile_fn(lambda xs, ps, eps: leapfrog(xs, ps, eps, True))
+    kick = compile_fn(lambda xs, ps, eps, sc=None: leapfrog(xs, ps, eps, False, sc))
+    last_kick = compile_fn(lambda xs, ps, eps, sc=None: leapfrog(xs, ps, eps, True, sc))
 
-    def jittered_step(xs, lp, grads, step_size, momentum_base, accept_base, step, num_steps):
-        pn, h0 = begin_c(lp, grads, step_size, momentum_base, step)
+    def jittered_step(
+        xs, lp, grads, step_size, momentum_base, accept_base, step, num_steps, scales=None
+    ):
+        pn, h0 = begin_c(lp, grads, step_size, momentum_base, step, scales)
         xn = xs
         for i in range(num_steps):
-            xn, pn, lpn, gn = (last_kick if i == num_steps - 1 else kick)(xn, pn, step_size)
+            xn, pn, lpn, gn = (last_kick if i == num_steps - 1 else kick)(xn, pn, step_size, scales)
         return end_c(xs, lp, grads, xn, pn, lpn, gn, h0, accept_base, step)
 
     return jittered_step
@@ -328,6 +339,29 @@ class ShardedHMCResults(NamedTuple):
     log_averaging_step: tf.Tensor
 
 
+class ShardedWindowedHMCResults(NamedTuple):
+    """:class:`ShardedHMCResults` of a run adapting a diagonal metric in windows, plus
+    where the step-size adaptation last restarted (each window end restarts TFP's dual
+    averaging, as the single-device driver's ``_update_metric`` does).
+
+    Attributes
+    ----------
+    adaptation_start : tf.Tensor
+        float64 scalar: the global step of the last restart (0: none yet).
+    shrink_step_size : tf.Tensor
+        float64 scalar: the step size the restart started from (TFP's shrinkage target is
+        ten times it).
+    """
+
+    target_log_prob: tf.Tensor
+    grad_target_log_prob: tf.Tensor
+    new_step_size: tf.Tensor
+    error_sum: tf.Tensor
+    log_averaging_step: tf.Tensor
+    adaptation_start: tf.Tensor
+    shrink_step_size: tf.Tensor
+
+
 class _MeshHMCResults(NamedTuple):
     """What TFP's dual averaging sees of a mesh HMC transition (replicated scalars as
     plain host tensors)."""
@@ -349,17 +383,26 @@ class _MeshHMC(tfp.mcmc.TransitionKernel):
     ``[1, num_leapfrog_steps]`` as ``JitteredHamiltonianMonteCarlo`` draws it."""
 
     def __init__(
-        self, one_step_fn, momentum_base, accept_base, jitter_base=None, num_leapfrog_steps=0
+        self,
+        one_step_fn,
+        momentum_base,
+        accept_base,
+        jitter_base=None,
+        num_leapfrog_steps=0,
+        scales=None,
     ):
         self._one_step_fn = one_step_fn
         self._bases = momentum_base, accept_base
         self._jitter = jitter_base, num_leapfrog_steps
+        # the windowed diagonal metric (a tensor per part), passed only when adapted
+        self._metric = {} if scales is None else {"scales": scales}
         self._parameters = dict(
             one_step_fn=one_step_fn,
             momentum_base=momentum_base,
             accept_base=accept_base,
             jitter_base=jitter_base,
             num_leapfrog_steps=num_leapfrog_steps,
+            scales=scales,
         )
 
     @property
@@ -390,6 +433,7 @@ class _MeshHMC(tfp.mcmc.TransitionKernel):
             *self._bases,
             step,
             *extra,
+            **self._metric,
         )
         ee = tf.constant(_host(energy_error))
         num_steps = extra[0] if extra else num_leapfrog_steps
@@ -508,13 +552,18 @@ class MeshChunkRunner:
         The log density on the mesh (or on plain tensors, ``target.mesh = None``:
         the single-device reference).
     settings : SamplerSettings
-        ``kind`` ``"hmc"``, ``"mclmc"`` or ``"mams"``; no diagonal adaptation. With
+        ``kind`` ``"hmc"``, ``"mclmc"`` or ``"mams"``. With
         sampled hyperparameters the state is the target's parts (``[chains]`` each before
         the field) and their model latents are traced as scalars, as on one device.
         ``hmc`` (fixed or jittered leapfrog count): :func:`make_hmc_transition`, the step
         size adapted during warm-up by dual averaging toward ``target_accept_prob`` (as the
         single-device ``hmc``: TFP's ``DualAveragingStepSizeAdaptation``),
-        ``num_leapfrog_steps`` fixed (or, jittered, drawn per transition).
+        ``num_leapfrog_steps`` fixed (or, jittered, drawn per transition); with
+        ``adapt_diagonal`` the driver's slow windows (:func:`~fieldhmc.samplers.driver.
+        adaptation_windows`) estimate the per-element variance of the target's latent
+        parts on the mesh (the field's in slabs), :func:`~fieldhmc.samplers.driver.
+        windowed_scales` makes the metric of it at each window's end and the dual
+        averaging restarts there (:meth:`restart_adaptation`), as on one device.
         ``mclmc`` / ``mams``: :class:`fieldhmc.samplers.sharded_mclmc.ShardedMicrocanonical`,
         the kernels of :mod:`fieldhmc.samplers.mclmc` with their staged tuners (step
         size and ``L``) during warm-up; ``step_size``, ``trajectory_length``,
@@ -582,6 +631,10 @@ class MeshChunkRunner:
                 jitter_leapfrog=settings.jitter_leapfrog,
                 num_scalar_parts=len(target.hyper_names),
             )
+        self._latent_moments = tf.function(
+            lambda lw, x: _welford_update(lw, [tf.cast(p, tf.float64) for p in x]),
+            autograph=False,
+        )
         self._field_values = self._field_moments = None
         if field_outputs is not None:
             self._field_values, self._field_moments = self._make_field_stats()
@@ -599,10 +652,42 @@ class MeshChunkRunner:
         del args
         if self._micro is not None:
             return self._micro.template()
-        return ShardedHMCResults(0, [0] * len(self.target.latent_names), 0, 0, 0)
+        grads = [0] * len(self.target.latent_names)
+        if self.settings.adapt_diagonal:
+            return ShardedWindowedHMCResults(0, grads, 0, 0, 0, 0, 0)
+        return ShardedHMCResults(0, grads, 0, 0, 0)
 
     def scales_tensors(self, scales, dtype):
-        return None  # identity metric
+        """The windowed diagonal metric's scales on the mesh (``[1, ...]`` per part, the
+        field's in slabs); None for the other metrics (maps of the target's latent)."""
+        if not self.settings.adapt_diagonal:
+            return None
+        np_dtype = dtype.as_numpy_dtype
+        return [self._carry.place(np.asarray(sc, np_dtype)[None]) for sc in scales]
+
+    def restart_adaptation(self, rs: _RunState, scales: list[np.ndarray]) -> None:
+        """A window's end (:meth:`Sampler._update_metric`): the new scales, and TFP's dual
+        averaging restarted from the current step size for the rest of warm-up, as its
+        bootstrap does on one device; the carried gradient (of the target's latent, not
+        of the whitened one) needs no re-evaluation."""
+        res = self._carry.read("results")
+        step_size = np.asarray(_host(res.new_step_size), np.float64)
+        zero = np.zeros((), np.float64)
+        rs.scales, rs.scale_tensors = scales, None
+        results = ShardedWindowedHMCResults(
+            res.target_log_prob,
+            list(res.grad_target_log_prob),
+            step_size,
+            zero,
+            zero,
+            np.asarray(rs.step, np.float64),
+            step_size,
+        )
+        self._carry.load(results=results, lw=self._zero_latent_moments())
+
+    def _zero_latent_moments(self):
+        shapes = [self._shape[1:] if n == "field" else () for n in self.target.latent_names]
+        return _zero_welford(shapes if self.settings.adapt_diagonal else [])
 
     def fresh_state(self, init_state: Sequence[np.ndarray]) -> _RunState:
         names = self.target.latent_names
@@ -631,7 +716,9 @@ class MeshChunkRunner:
             zero = np.zeros((), np.float64)
             step_size = np.asarray(self.settings.step_size, np.float64)
             results = ShardedHMCResults(lp, list(grads), step_size, zero, zero)
-        self._carry.load(x=xs, results=results, fw=fw, lw=_zero_welford([]))
+            if self.settings.adapt_diagonal:
+                results = ShardedWindowedHMCResults(*results, zero, step_size)
+        self._carry.load(x=xs, results=results, fw=fw, lw=self._zero_latent_moments())
         # The identity metric of each part (the field's a view of its shape): what
         # tuned_parameters reads the dimension of the microcanonical kinds' step size from.
         ones = np.ones((), np_dtype)
@@ -640,13 +727,14 @@ class MeshChunkRunner:
 
     def _run_chunk(self, scales, reference, delta, seed, start, num_steps):
         """``num_steps`` transitions from the carried state (as the driver's chunk)."""
-        del scales, reference, delta  # identity metric; the log density is float64
+        del reference, delta  # the log density is float64
         s = self.settings
         key = seed_int(seed.numpy())
         carry = self._carry
         x = list(carry.read("x"))
         res = carry.read("results")
         fw = carry.read("fw")
+        lw = carry.read("lw")
         first = int(start.numpy())
         jitter = base_key(key, JITTER) if s.jitter_leapfrog else None
         inner = _MeshHMC(
@@ -655,17 +743,23 @@ class MeshChunkRunner:
             base_key(key, ACCEPT_HMC),
             jitter,
             s.num_leapfrog_steps,
+            scales,  # None but for the windowed diagonal metric
         )
+        # Where dual averaging last (re)started: 0 from s.step_size, or a window's end.
+        restart, shrink = 0, s.step_size
+        if s.adapt_diagonal:
+            restart = int(_host(res.adaptation_start))
+            shrink = float(_host(res.shrink_step_size))
         # TFP's dual averaging (as the single-device hmc's), run eagerly on the
         # replicated float64 scalars between the compiled mesh transitions.
         kernel = tfp.mcmc.DualAveragingStepSizeAdaptation(
             inner,
-            num_adaptation_steps=s.num_burnin_steps,
+            num_adaptation_steps=s.num_burnin_steps - restart,
             target_accept_prob=tf.constant(
                 s.target_accept_prob or default_target_accept_prob("hmc"), tf.float64
             ),
         )
-        initial = tf.constant(s.step_size, tf.float64)
+        initial = tf.constant(shrink, tf.float64)
         chains = s.num_chains
         zeros = tf.zeros([chains], tf.float64)
         # TFP's own bootstrap from given inner results (no gradient evaluation; TFP
@@ -675,7 +769,7 @@ class MeshChunkRunner:
             x, _MeshHMCResults(res.target_log_prob, res.grad_target_log_prob, zeros, initial)
         )
         da = da._replace(
-            step=tf.constant(first, tf.int32),
+            step=tf.constant(first - restart, tf.int32),
             new_step_size=tf.constant(_host(res.new_step_size)),
             error_sum=[tf.constant(_host(res.error_sum))],
             log_averaging_step=[tf.constant(_host(res.log_averaging_step))],
@@ -696,18 +790,23 @@ class MeshChunkRunner:
             for name, value in zip(self.target.hyper_names, self._hyper_traces(x), strict=True):
                 out[name].append(value)
             fw = self._field_step(x, fw, step, stats, fields)
+            if s.adapt_diagonal and step < s.num_burnin_steps:  # the window's moments
+                lw = self._latent_moments(lw, x)
         carry.assign("x", list(x))
         hyper = [da.new_step_size, da.error_sum[0], da.log_averaging_step[0]]
         r = da.inner_results
-        carry.assign(
-            "results",
-            ShardedHMCResults(
-                r.target_log_prob,
-                r.grad_target_log_prob,
-                *(carry.place(np.asarray(_host(v), np.float64)) for v in hyper),
-            ),
+        results = ShardedHMCResults(
+            r.target_log_prob,
+            r.grad_target_log_prob,
+            *(carry.place(np.asarray(_host(v), np.float64)) for v in hyper),
         )
+        if s.adapt_diagonal:
+            results = ShardedWindowedHMCResults(
+                *results, res.adaptation_start, res.shrink_step_size
+            )
+        carry.assign("results", results)
         carry.assign("fw", fw)
+        carry.assign("lw", lw)
         ee = np.stack(out["energy_error"])
         n = ee.shape[0]
         bufs = {

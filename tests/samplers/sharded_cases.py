@@ -6,6 +6,7 @@ prints one JSON line of results.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -41,7 +42,7 @@ def target_cases(mesh):
         model, data = _problem(masked, dtype)
         xi = np.random.default_rng(1).standard_normal((3, *GRID))
         target = ShardedGaussianTarget(model, data, mesh)
-        lp, grad = tf.function(target.value_and_gradient)(target.shard(xi))
+        lp, grad = tf.function(target.value_and_gradient, autograph=False)(target.shard(xi))
         lp, grad = sh.gather(lp), sh.gather(grad)
         # The model's own target at x(xi) (float64 model, same data), and its
         # gradient mapped back to xi by the (orthogonal) inverse map.
@@ -79,7 +80,7 @@ def _preconditioned_target_case(mesh):
 
     v = np.random.default_rng(2).standard_normal((3, *GRID))
     pre = ShardedGaussianTarget(model, data, mesh, preconditioner="posterior")
-    lp, grad = tf.function(pre.value_and_gradient)(pre.shard(v))
+    lp, grad = tf.function(pre.value_and_gradient, autograph=False)(pre.shard(v))
     lp, grad = sh.gather(lp), sh.gather(grad)
     plain = ShardedGaussianTarget(model, data, None)
     ref, ref_grad = plain.value_and_gradient(tf.constant(apply_a(v)))
@@ -513,6 +514,8 @@ def driver_wiener_ztest(
         settings = _settings(50, num_results, 50, 5, 0.3, 11)
     else:
         settings = _micro_settings(kind, 200, num_results, 100, seed=11, field_thin=1)
+    if preconditioner == "diagonal":  # 150 warm-up steps: one slow window, 75 to 100
+        settings = dataclasses.replace(settings, num_burnin_steps=150, adapt_diagonal=True)
     post, mean, var, info = _driver_draws(mesh, masked, settings, preconditioner)
     return {**_wiener_z(post, mean, var), **info}
 
@@ -665,7 +668,9 @@ def hyper_target_cases(mesh):
         target = ShardedGaussianTarget(model, data, mesh, pre, hyper_scales=HYPER_SCALES)
         parts = _hyper_parts(target, 3, 1)
         carry = _ShardedCarry(mesh, GRID)
-        lp, grads = tf.function(target.value_and_gradients)([carry.place(p) for p in parts])
+        lp, grads = tf.function(target.value_and_gradients, autograph=False)(
+            [carry.place(p) for p in parts]
+        )
         lp, grads = host(lp), [host(g) for g in grads]
         latents = [tf.constant(v) for v in target.model_latents(parts)]
         with tf.GradientTape() as tape:
@@ -777,6 +782,81 @@ def hyper_driver_cases(mesh, kind="hmc"):
     }
 
 
+def poisson_diagonal_driver_cases(mesh):
+    """Lognormal-Poisson counts with (log A, n) sampled and the windowed diagonal metric
+    through the driver (one compiled run for both): jittered HMC, 40 warm-up steps (one
+    slow window, steps 6 to 36, then the step-size adaptation restarted), 4 draws, chunks
+    of 5; 4 devices vs plain tensors of one device, and a run killed at step 5 (before
+    the window), 35 (inside it: moments in the checkpoint) and 40 (after the metric
+    update) and resumed each time."""
+    import tempfile
+    from pathlib import Path
+
+    from fieldhmc.samplers import SamplerSettings
+    from fieldhmc.samplers.driver import adaptation_windows
+
+    model, data = _poisson_problem(True)
+    settings = SamplerSettings(
+        kind="hmc",
+        num_chains=4,
+        num_burnin_steps=40,
+        num_results=4,
+        num_leapfrog_steps=3,
+        jitter_leapfrog=True,
+        step_size=0.1,
+        chunk_size=5,
+        field_thin=2,
+        seed=5,
+        adapt_diagonal=True,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        one, target = _hyper_driver(model, data, None, settings, "diagonal")
+        init = _hyper_parts(target, 4, 5)
+        init[-1] = 0.3 * init[-1]  # about the posterior's scale
+        s1, t1, f1, _ = _driver_run(one, tmp / "one", init)
+        four, _ = _hyper_driver(model, data, mesh, settings, "diagonal")
+        s4, t4, f4, _ = _driver_run(four, tmp / "four", init)
+        d = tmp / "resumed"
+        steps = [int(_driver_run(four, d, init, max_chunks=1)[0].step)]
+        steps.append(int(_driver_run(four, d, resume=True, max_chunks=7)[0].step))
+        steps.append(int(_driver_run(four, d, resume=True, max_chunks=2)[0].step))
+        sr, tr, fr, _ = _driver_run(four, d, resume=True)
+    return {
+        "windows": adaptation_windows(settings.num_burnin_steps),
+        "names": sorted(t4),
+        "num_draws": int(t4["lp"].shape[0]),
+        "same_accepts": bool(np.array_equal(t1["is_accepted"], t4["is_accepted"])),
+        "same_n_steps": bool(np.array_equal(t1["n_steps"], t4["n_steps"])),
+        "accept_rate": float(t1["is_accepted"].mean()),
+        "max_state_diff": [
+            float(np.max(np.abs(a - b)))
+            for a, b in zip(s1.latent_state, s4.latent_state, strict=True)
+        ],
+        "scales_rel": [_max_rel(a, b) for a, b in zip(s4.scales, s1.scales, strict=True)],
+        # the field's scales vary by element, the scalar parts' moved off 1
+        "field_scale_ptp": float(np.ptp(s4.scales[-1])),
+        "hyper_scales": [float(v) for v in s4.scales[:-1]],
+        "max_lp_rel": _max_rel(t4["lp"], t1["lp"]),
+        "step_size_rel": _max_rel(t4["step_size"], t1["step_size"]),
+        "max_power_rel": _max_rel(t4["power"], t1["power"]),
+        "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
+        "resume": {
+            "interrupted_steps": steps,
+            "complete": bool(sr.complete),
+            "traces_identical": sorted(tr) == sorted(t4)
+            and all(np.array_equal(t4[k], tr[k], equal_nan=True) for k in t4),
+            "fields_identical": all(np.array_equal(f4[k], fr[k]) for k in f4),
+            "state_identical": all(
+                np.array_equal(a, b) for a, b in zip(s4.latent_state, sr.latent_state, strict=True)
+            ),
+            "scales_identical": all(
+                np.array_equal(a, b) for a, b in zip(s4.scales, sr.scales, strict=True)
+            ),
+        },
+    }
+
+
 def hyper_posterior_ztest(
     mesh,
     kind="hmc",
@@ -849,6 +929,205 @@ def hyper_posterior_ztest(
     }
 
 
+# --- lognormal-Poisson counts ----------------------------------------------------------------
+def _poisson_problem(sampled: bool = False, parametrization: str = "noncentred"):
+    """8³ counts (nbar 3, a completeness in [0, 1] with a masked slab), float64; with
+    ``sampled`` log A and n get Normal priors about the fiducial."""
+    import tensorflow as tf
+
+    from fieldhmc import models
+    from fieldhmc.seeds import stateless_seed
+
+    grid = models.Grid(GRID, 100.0)
+    rng = np.random.default_rng(4)
+    completeness = rng.uniform(0.3, 1.0, GRID) * models.make_mask(grid, "slab", 0.25, seed=3)
+    hyper = {"log_amplitude": (np.log(1000.0), 1.0), "index": (-1.5, 0.5)} if sampled else None
+    model = models.LognormalPoissonModel(
+        grid,
+        models.PowerLaw(1000.0, -1.5, 0.1),
+        3.0,
+        completeness,
+        hyper_priors=hyper,
+        parametrization=parametrization,
+        dtype=tf.float64,
+    )
+    data = np.asarray(model.sample(seed=stateless_seed(7))["data"])
+    return model, data
+
+
+# (metric, parametrisation, sampled log A and n): both sigma2_delta branches (fixed,
+# sampled), both latents, both metrics, in two compiled targets
+POISSON_TARGETS = (("posterior", "noncentred", False), ("identity", "conditional", True))
+
+
+def poisson_target_cases(mesh):
+    """The mesh target of lognormal-Poisson counts on 4 devices == the model's
+    ``target_log_prob_fn`` at the model latents of random parts (value and every part's
+    gradient mapped by the chain rule, as ``hyper_target_cases``): fixed P(k) with the
+    posterior metric; sampled (log A, n) with the conditional latent."""
+    import tensorflow as tf
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import fft
+    from fieldhmc.samplers.reductions import host
+    from fieldhmc.samplers.sharded import _ShardedCarry
+
+    out = {}
+    for pre, par, sampled in POISSON_TARGETS:
+        model, data = _poisson_problem(sampled, par)
+        scales = HYPER_SCALES if sampled else None
+        target = ShardedGaussianTarget(model, data, mesh, pre, hyper_scales=scales)
+        if sampled:
+            parts = _hyper_parts(target, 3, 1)
+        else:  # xi about the posterior: counts of 3 per voxel keep exp(delta) moderate
+            parts = [0.5 * np.random.default_rng(1).standard_normal((3, *GRID))]
+        carry = _ShardedCarry(mesh, GRID)
+        lp, grads = tf.function(target.value_and_gradients, autograph=False)(
+            [carry.place(p) for p in parts]
+        )
+        lp, grads = host(lp), [host(g) for g in grads]
+        latents = [tf.constant(v) for v in target.model_latents(parts)]
+        with tf.GradientTape() as tape:
+            tape.watch(latents)
+            ref = model.target_log_prob_fn(data)(*latents)
+        ref_grads = tape.gradient(ref, latents)
+        names = model.hyper_names
+        expected = [g.numpy() * HYPER_SCALES[n] for n, g in zip(names, ref_grads[:-1], strict=True)]
+        modes = model.packing.modes_from_real(ref_grads[-1])
+        if target._metric is not None:  # d/dv = A^T d/dxi: c_k once more
+            modes = modes * tf.constant(target._metric, modes.dtype)
+        expected.append(fft.irfft3d(modes, fft_length=GRID, norm="ortho").numpy())
+        out[f"{pre}-{par}-{'sampled' if sampled else 'fixed'}"] = {
+            "lp_dtype": str(lp.dtype),
+            "lp_rel": float(np.max(np.abs(lp - ref.numpy()) / np.abs(ref.numpy()))),
+            "grad_rel": [
+                float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+                for a, b in zip(grads, expected, strict=True)
+            ],
+            "names": list(target.latent_names),
+            "finite": bool(np.all(np.isfinite(ref.numpy()))),
+        }
+    return out
+
+
+# --- sampled cosmology (Omega_m, sigma8 of the Eisenstein-Hu P(k)) ------------------------
+COSMOLOGY_SCALES = {"Omega_m": 0.05, "sigma8": 0.1}
+
+
+def _cosmology_problem():
+    """8³ Gaussian data (sigma 0.5, box 320 Mpc/h) of an Eisenstein-Hu field with
+    Omega_m and sigma8 sampled (truncated normal priors), float64."""
+    import tensorflow as tf
+
+    from fieldhmc import models
+    from fieldhmc.models.cosmology import CosmologicalPower
+    from fieldhmc.seeds import stateless_seed
+
+    tn = models.TruncatedNormalPrior
+    model = models.GaussianFieldModel(
+        models.Grid(GRID, 320.0),
+        CosmologicalPower(0.3111, 0.8102),
+        0.5,
+        hyper_priors={"Omega_m": tn(0.3111, 0.2, 0.05, 1.0), "sigma8": tn(0.8102, 0.2, 0.05)},
+        dtype=tf.float64,
+    )
+    return model, np.asarray(model.sample(seed=stateless_seed(7))["data"])
+
+
+def _cosmology_parts(target, chains, seed):
+    rng = np.random.default_rng(seed)
+    u = [0.3 + 0.02 * rng.standard_normal(chains), 0.8 + 0.05 * rng.standard_normal(chains)]
+    return target.state_from_model([*u, rng.standard_normal((chains, *GRID))])
+
+
+def cosmology_target_case(mesh):
+    """The mesh target with Omega_m and sigma8 sampled (the E&H power evaluated on the
+    distinct |k| and gathered by the sharded |k| index), posterior metric, on 4 devices
+    == model.target_log_prob_fn at the parts' model latents, value and every gradient."""
+    import tensorflow as tf
+
+    from fieldhmc.models.sharded import ShardedGaussianTarget
+    from fieldhmc.ops import fft
+    from fieldhmc.samplers.reductions import host
+    from fieldhmc.samplers.sharded import _ShardedCarry
+
+    model, data = _cosmology_problem()
+    target = ShardedGaussianTarget(model, data, mesh, "posterior", hyper_scales=COSMOLOGY_SCALES)
+    parts = _cosmology_parts(target, 3, 1)
+    carry = _ShardedCarry(mesh, GRID)
+    lp, grads = tf.function(target.value_and_gradients, autograph=False)(
+        [carry.place(p) for p in parts]
+    )
+    lp, grads = host(lp), [host(g) for g in grads]
+    latents = [tf.constant(v) for v in target.model_latents(parts)]
+    with tf.GradientTape() as tape:
+        tape.watch(latents)
+        ref = model.target_log_prob_fn(data)(*latents)
+    ref_grads = tape.gradient(ref, latents)
+    names = model.hyper_names
+    expected = [g.numpy() * COSMOLOGY_SCALES[n] for n, g in zip(names, ref_grads[:-1], strict=True)]
+    modes = model.packing.modes_from_real(ref_grads[-1])
+    modes = modes * tf.constant(target._metric, modes.dtype)  # d/dv = A^T d/dxi
+    expected.append(fft.irfft3d(modes, fft_length=GRID, norm="ortho").numpy())
+    return {
+        "names": list(target.latent_names),
+        "lp_dtype": str(lp.dtype),
+        "lp_rel": float(np.max(np.abs(lp - ref.numpy()) / np.abs(ref.numpy()))),
+        "grad_rel": [
+            float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+            for a, b in zip(grads, expected, strict=True)
+        ],
+    }
+
+
+def cosmology_driver_case(mesh):
+    """Omega_m and sigma8 sampled through the driver (jittered HMC, posterior metric,
+    4 warm-up steps adapting the step size, 4 draws, chunks of 3): 4 devices vs plain
+    tensors of one device."""
+    import tempfile
+    from pathlib import Path
+
+    from fieldhmc.samplers import SamplerSettings
+
+    model, data = _cosmology_problem()
+    settings = SamplerSettings(
+        kind="hmc",
+        num_chains=4,
+        num_burnin_steps=4,
+        num_results=4,
+        num_leapfrog_steps=3,
+        jitter_leapfrog=True,
+        step_size=0.1,
+        chunk_size=3,
+        field_thin=2,
+        seed=5,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        one, target = _hyper_driver(model, data, None, settings, "posterior", COSMOLOGY_SCALES)
+        init = _cosmology_parts(target, 4, 5)
+        s1, t1, f1, _ = _driver_run(one, tmp / "one", init)
+        four, _ = _hyper_driver(model, data, mesh, settings, "posterior", COSMOLOGY_SCALES)
+        s4, t4, f4, _ = _driver_run(four, tmp / "four", init)
+    hypers = list(model.hyper_names)
+    return {
+        "names": sorted(t4),
+        "num_draws": int(t4["lp"].shape[0]),
+        "same_accepts": bool(np.array_equal(t1["is_accepted"], t4["is_accepted"])),
+        "same_n_steps": bool(np.array_equal(t1["n_steps"], t4["n_steps"])),
+        "accept_rate": float(t1["is_accepted"].mean()),
+        "hyper_moved": float(min(np.ptp(t1[n]) for n in hypers)),
+        "max_state_diff": [
+            float(np.max(np.abs(a - b)))
+            for a, b in zip(s1.latent_state, s4.latent_state, strict=True)
+        ],
+        "max_hyper_trace_diff": float(max(np.max(np.abs(t1[n] - t4[n])) for n in hypers)),
+        "max_lp_rel": _max_rel(t4["lp"], t1["lp"]),
+        "max_power_rel": _max_rel(t4["power"], t1["power"]),
+        "max_field_diff": float(np.max(np.abs(f1["draws"] - f4["draws"]))),
+    }
+
+
 def results(slow: bool) -> dict:
     from fieldhmc.ops import sharded as sh
 
@@ -870,6 +1149,14 @@ def results(slow: bool) -> dict:
         results["hyper_posterior"]["hmc-conditional"] = hyper_posterior_ztest(
             mesh, "hmc", *HYPER_RUNS["hmc"], parametrization="conditional"
         )
+        # slow: the E&H power's graph costs ~13 s to build on the mesh
+        results["cosmology"] = {
+            "target": cosmology_target_case(mesh),
+            "driver": cosmology_driver_case(mesh),
+        }
+        results["diagonal_ztest"] = {
+            m: driver_wiener_ztest(mesh, m == "masked", 400, "hmc", "diagonal") for m in masks
+        }
         results["posterior"] = {
             f"{kind}-{m}": driver_wiener_ztest(mesh, m == "masked", 400, kind, "posterior")
             for kind in ("hmc", "mams")
@@ -887,6 +1174,10 @@ def results(slow: bool) -> dict:
             "hyper": {
                 "target": hyper_target_cases(mesh),
                 "driver": {"hmc": hyper_driver_cases(mesh, "hmc")},
+            },
+            "poisson": {
+                "target": poisson_target_cases(mesh),
+                "driver": poisson_diagonal_driver_cases(mesh),
             },
         }
     return results
