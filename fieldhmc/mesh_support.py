@@ -100,8 +100,11 @@ def mesh_support(
         ),
         (
             bool(forward_model),
-            "model.forward: the mesh target implements the identity forward model only"
-            " (the LPT/bias/RSD building blocks have no slab-sharded version)",
+            "model.forward: the zeldovich and lpt models paint particles by a CIC"
+            " scatter-add, which DTensor computes replicated (a whole field on every device,"
+            " the memory the mesh exists to split; a slab-local paint needs the particles"
+            " exchanged between slabs), and a python forward function is written for whole,"
+            " unsharded fields",
         ),
         (
             parametrisation not in MESH_PARAMETRISATIONS,

@@ -76,6 +76,16 @@ def test_dtensor_alltoall_bug_still_present(results):
     assert extras["leading_axis_alltoall_error"] == 0.0
 
 
+def test_dtensor_scatter_into_a_slab_field_replicates_it(results):
+    """TF 2.21's DTensor computes tf.tensor_scatter_nd_add into a slab-sharded field
+    replicated: a whole field on every device. This is why ``mesh_support`` refuses the
+    particle-mesh forward models (their CIC paint is such a scatter); if this fails, a
+    scatter keeps the slabs and the refusal should be revisited."""
+    extras = results["extras"]
+    assert extras["scatter_error"] == 0.0  # the values are right...
+    assert extras["scatter_specs"] == [U, U, U, U]  # ...on a replicated layout
+
+
 def test_mesh_must_divide_n0_and_n1(results):
     assert "must divide n0 and n1" in results["extras"]["bad_mesh_error"]
 
