@@ -984,7 +984,7 @@ def _distribution_note(config: cfg.Config) -> dict:
             "tracked modes, running mean/variance); stored draws gathered to the host",
             "checkpoint": "state, gradient and field moments gathered to host NumPy "
             "after every chunk, re-sharded on resume",
-            "sampler": config.sampler.sampler_kind.mesh_note,
+            "sampler": config.sampler.sampler_kind.mesh_description(config.sampler),
         }
     }
 

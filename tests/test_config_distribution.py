@@ -139,6 +139,17 @@ def test_distribution_takes_the_poisson_likelihood(preconditioner):
     assert config.distribution.mesh == (4,)
 
 
+@pytest.mark.parametrize("preconditioner", ["posterior", "diagonal"])
+def test_summary_names_the_mesh_metric(preconditioner):
+    from fieldhmc.workflow import _distribution_note
+
+    config = config_from_dict(_with_poisson(sampler__preconditioner=preconditioner), ROOT)
+    note = _distribution_note(config)["distribution"]["sampler"]
+    diagonal = preconditioner == "diagonal"
+    assert ("windowed diagonal metric as per-element scales" in note) == diagonal
+    assert ("Fourier-diagonal metric as a map" in note) == (not diagonal)
+
+
 def test_distribution_takes_sampled_cosmological_parameters():
     raw = _with(sampler__preconditioner="posterior")
     tn = {"kind": "truncated_normal", "loc": 0.3111, "scale": 0.2, "low": 0.05, "high": 1.0}
@@ -273,6 +284,8 @@ def test_cli_runs_sharded_poisson(tmp_path, preconditioner):
     out = _run_small(raw, tmp_path, num_burnin_steps=24 if preconditioner == "diagonal" else 10)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["metadata"]["distribution"]["mesh"] == [4]
+    described = "windowed diagonal" in summary["metadata"]["distribution"]["sampler"]
+    assert described == (preconditioner == "diagonal")
     with h5py.File(out / "traces.h5", "r") as f:
         assert f["lp"].shape == (6, 4) and np.all(np.isfinite(f["lp"][()]))
         assert np.all(np.isfinite(f["power"][()]))

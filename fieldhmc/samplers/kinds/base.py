@@ -138,6 +138,11 @@ class SamplerKind:
         """The kind's options of a config section, as driver settings keywords."""
         return {name: getattr(section, name) for name in self.option_names}
 
+    def mesh_description(self, section: Any) -> str:
+        """What a sharded run with these ``sampler`` settings does (``summary.json``)."""
+        del section
+        return self.mesh_note
+
     def summary_metadata(self, section: Any) -> dict[str, Any]:
         """Kind-specific entries of ``summary.json``'s metadata (none by default)."""
         return {}

@@ -32,6 +32,14 @@ class Hmc(MetropolisHmcKind):
         "around the mesh transition (fieldhmc.samplers.sharded)"
     )
 
+    def mesh_description(self, section):
+        if section.preconditioner != "diagonal":
+            return self.mesh_note
+        return self.mesh_note.replace(
+            "the configured Fourier-diagonal metric as a map of the latent",
+            "the windowed diagonal metric as per-element scales of the latent",
+        )
+
     def inner_kernel(self, target_log_prob_fn, options, *, step_size, num_adaptation_steps):
         from fieldhmc.samplers.kernels import (
             FieldHamiltonianMonteCarlo,
