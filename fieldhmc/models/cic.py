@@ -61,7 +61,15 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["cic_deconvolve", "cic_paint", "cic_paint_lattice", "cic_readout", "cic_window"]
+__all__ = [
+    "cic_deconvolve",
+    "cic_paint",
+    "cic_paint_lattice",
+    "cic_readout",
+    "cic_window",
+    "half_cell_phase",
+    "shift_to_sites",
+]
 
 _CORNERS = tuple((e0, e1, e2) for e0 in (0, 1) for e1 in (0, 1) for e2 in (0, 1))
 
@@ -294,6 +302,49 @@ def cic_paint_lattice(displacement, weights=None, offset: float = 0.0) -> tf.Ten
     if weights is not None:
         weights = tf.reshape(tf.convert_to_tensor(weights, dtype), [batch, -1])
     return _paint(components, weights, grid_shape)
+
+
+def half_cell_phase(freqs: np.ndarray, offset: float) -> np.ndarray:
+    """Per-axis factor :math:`e^{2\\pi i\\, o f}` that translates a field by ``-offset``
+    cells (``freqs`` in cycles per cell); on the Nyquist frequency (:math:`|f| = 1/2`)
+    its real part :math:`\\cos(\\pi o)`, the same for :math:`\\pm f` (0 for a half cell:
+    :math:`\\cos \\pi(q + \\tfrac12) = 0` on the lattice)."""
+    freqs = np.asarray(freqs, np.float64)
+    nyquist = np.abs(freqs) == 0.5
+    return np.where(
+        nyquist, np.cos(2 * np.pi * offset * freqs), np.exp(2j * np.pi * offset * freqs)
+    )
+
+
+def shift_to_sites(modes, grid_shape: Sequence[int], offset: float) -> tf.Tensor:
+    """``modes`` of the field translated by ``-offset`` cells: its values at the sites
+    ``q + offset`` of :func:`cic_paint_lattice` on the nodes ``q``.
+
+    .. math:: \\delta_k \\to \\delta_k \\prod_a e^{2\\pi i\\, o\\, m_a / n_a}
+
+    (:func:`half_cell_phase`, signed frequencies :math:`m_a`). Three 1-D phase factors,
+    eager and captured as program arguments (as in :func:`cic_deconvolve`); no FFT. Its
+    adjoint is the shift by ``-offset`` (the conjugate phase; the Nyquist factor is real).
+
+    Parameters
+    ----------
+    modes : tf.Tensor
+        complex64/complex128 ``[..., n0, n1, n2 // 2 + 1]``.
+    grid_shape : sequence of 3 int
+        ``(n0, n1, n2)``.
+    offset : float
+        In cells, along every axis.
+
+    Returns
+    -------
+    tf.Tensor
+        Same shape and dtype as ``modes``.
+    """
+    n0, n1, n2 = (int(n) for n in grid_shape)
+    freqs = (np.fft.fftfreq(n0), np.fft.fftfreq(n1), np.fft.rfftfreq(n2))
+    with tf.init_scope():
+        phase = [tf.constant(half_cell_phase(f, offset), modes.dtype) for f in freqs]
+    return modes * phase[0][:, None, None] * phase[1][None, :, None] * phase[2][None, None, :]
 
 
 def _window_factors(grid_shape: Sequence[int]) -> list[np.ndarray]:

@@ -19,30 +19,17 @@ Cost from the modes (``from_modes``), transforms forward (as many backward): 2LP
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
-from fieldhmc.models.cic import cic_deconvolve, cic_paint_lattice
+from fieldhmc.models.cic import cic_deconvolve, cic_paint_lattice, shift_to_sites
 from fieldhmc.models.grid import Grid
 from fieldhmc.models.lagrangian_bias import lagrangian_bias_weights
 from fieldhmc.models.lpt import LagrangianPerturbation, LPTFields
 from fieldhmc.models.rsd import kaiser_factor, line_of_sight, redshift_space_growth
 
-__all__ = ["BIAS_KINDS", "LPTGalaxyForward", "half_cell_phase"]
+__all__ = ["BIAS_KINDS", "LPTGalaxyForward"]
 
 BIAS_KINDS = (None, "lagrangian")
-
-
-def half_cell_phase(freqs: np.ndarray, offset: float) -> np.ndarray:
-    """Per-axis factor :math:`e^{2\\pi i\\, o f}` that translates a field by ``-offset``
-    cells (``freqs`` in cycles per cell); on the Nyquist frequency (:math:`|f| = 1/2`)
-    its real part :math:`\\cos(\\pi o)`, the same for :math:`\\pm f` (0 for a half cell:
-    :math:`\\cos \\pi(q + \\tfrac12) = 0` on the lattice)."""
-    freqs = np.asarray(freqs, np.float64)
-    nyquist = np.abs(freqs) == 0.5
-    return np.where(
-        nyquist, np.cos(2 * np.pi * offset * freqs), np.exp(2j * np.pi * offset * freqs)
-    )
 
 
 class LPTGalaxyForward:
@@ -68,9 +55,9 @@ class LPTGalaxyForward:
         bias weights) is evaluated there: the input modes are multiplied by the half-cell
         shift :math:`e^{i\\pi \\sum_a m_a / n_a}` (signed frequencies :math:`m_a`), which
         cancels the shift of the painted field at every mode off the Nyquist planes (on
-        them the linear field at the sites is 0: :func:`half_cell_phase`). With 0 (the
-        nodes) the painted field has a kink at zero displacement: it is not differentiable
-        there, and its response to a small field is not the Kaiser factor.
+        them the linear field at the sites is 0: :func:`~fieldhmc.models.cic.shift_to_sites`).
+        With 0 (the nodes) the painted field has a kink at zero displacement: it is not
+        differentiable there, and its response to a small field is not the Kaiser factor.
 
     Notes
     -----
@@ -168,7 +155,7 @@ class LPTGalaxyForward:
         """
         modes = tf.convert_to_tensor(modes)
         if self.lattice_offset:
-            modes = self._shift_to_sites(modes)
+            modes = shift_to_sites(modes, self.grid.grid_shape, self.lattice_offset)
         if self.order == 2 and growth2 is None:
             raise ValueError("order 2 needs growth2")
         if self.rsd and (rate1 is None or (self.order == 2 and rate2 is None)):
@@ -191,17 +178,6 @@ class LPTGalaxyForward:
         if self.deconvolve:
             return cic_deconvolve(galaxies, return_modes=return_modes)
         return tf.signal.rfft3d(galaxies, self.grid.grid_shape) if return_modes else galaxies
-
-    def _shift_to_sites(self, modes: tf.Tensor) -> tf.Tensor:
-        """``modes`` of the field translated by ``-lattice_offset`` cells (its values at the
-        particles' sites on the nodes), three 1-D phase factors (no grid constant)."""
-        n0, n1, n2 = self.grid.grid_shape
-        freqs = (np.fft.fftfreq(n0), np.fft.fftfreq(n1), np.fft.rfftfreq(n2))
-        with tf.init_scope():  # eager, captured as arguments (see cic_deconvolve)
-            phase = [
-                tf.constant(half_cell_phase(f, self.lattice_offset), modes.dtype) for f in freqs
-            ]
-        return modes * phase[0][:, None, None] * phase[1][None, :, None] * phase[2][None, None, :]
 
     def __call__(self, delta, **params) -> tf.Tensor:
         """:meth:`from_modes` of ``rfft3d(delta)`` (``delta`` real ``[chains, n0, n1, n2]``)."""
