@@ -68,6 +68,7 @@ __all__ = [
     "cic_readout",
     "cic_window",
     "half_cell_phase",
+    "lattice_response_factors",
     "shift_to_sites",
 ]
 
@@ -354,6 +355,56 @@ def shift_to_sites(modes, grid_shape: Sequence[int], offset: float) -> tf.Tensor
     with tf.init_scope():
         phase = [tf.constant(half_cell_phase(f, offset), modes.dtype) for f in freqs]
     return modes * phase[0][:, None, None] * phase[1][None, :, None] * phase[2][None, None, :]
+
+
+def lattice_response_factors(
+    grid_shape: Sequence[int], offset: float
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per-axis factors of the linear response of a lattice painted by CIC.
+
+    One particle per cell starts at the site :math:`q + o` (:func:`cic_paint_lattice`)
+    with weight :math:`1 + \\beta\\,\\delta` and moves by the displacement
+    :math:`\\Psi_a(\\mathbf k) = D_a\\, i k_a k^{-2}\\,\\delta(\\mathbf k)` (both evaluated
+    at the sites, :func:`shift_to_sites`). To first order in :math:`\\delta` the painted
+    field minus 1 is
+
+    .. math:: \\Bigl[\\sum_a D_a \\frac{k_a^2}{k^2}\\, t_a \\prod_{b \\ne a} c_b
+        + \\beta \\prod_b c_b\\Bigr]\\, \\delta(\\mathbf k)
+
+    with, for :math:`x_a = \\pi m_a / n_a = k_a h_a / 2`,
+
+    * :math:`o = 1/2` (sites between the nodes; exact and diagonal): a small displacement
+      moves weight between the two nodes on either side of the site, a difference over one
+      cell centred on it, :math:`t_a = \\sin x_a / x_a`, and each particle is split evenly
+      over the two nodes of every other axis, :math:`c_b = \\cos x_b`;
+    * :math:`o = 0` (sites on the nodes, the CIC kink): the difference is one-sided, its side
+      that of the displacement; for the part odd in :math:`\\delta`, the centred difference
+      :math:`t_a = \\sin 2x_a / 2x_a`, and :math:`c_b = 1` (a particle at rest paints only
+      its own node).
+
+    :math:`t_a = 0` on the Nyquist frequency (an even axis' derivative is 0 there); with
+    :math:`o = 1/2` the response is 0 on every Nyquist plane. :func:`cic_deconvolve`
+    divides it by :func:`cic_window`.
+
+    Parameters
+    ----------
+    grid_shape : sequence of 3 int
+    offset : {0.0, 0.5}
+
+    Returns
+    -------
+    difference, spread : list of 3 np.ndarray
+        float64 :math:`t_a` and :math:`c_a` on the bins of ``fftfreq(n0)``, ``fftfreq(n1)``,
+        ``rfftfreq(n2)`` (1-D; broadcast them as ``[:, None, None]`` etc.).
+    """
+    if offset not in (0.0, 0.5):
+        raise ValueError(f"offset must be 0 or 0.5, got {offset!r}")
+    n0, n1, n2 = (int(n) for n in grid_shape)
+    freqs = (np.fft.fftfreq(n0), np.fft.fftfreq(n1), np.fft.rfftfreq(n2))
+    scale = 1.0 if offset else 2.0  # np.sinc(y) = sin(pi y) / (pi y), x = pi f
+    difference = [np.where(np.abs(f) == 0.5, 0.0, np.sinc(scale * f)) for f in freqs]
+    spread = [np.cos(np.pi * f) if offset else np.ones_like(f) for f in freqs]
+    return difference, spread
 
 
 def _window_factors(grid_shape: Sequence[int]) -> list[np.ndarray]:

@@ -80,7 +80,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from fieldhmc.models.cic import cic_paint_lattice, shift_to_sites
+from fieldhmc.models.cic import cic_paint_lattice, lattice_response_factors, shift_to_sites
 from fieldhmc.models.grid import Grid
 
 __all__ = ["ZeldovichForward"]
@@ -156,7 +156,6 @@ class ZeldovichForward:
             if n % 2 == 0:
                 kd[n // 2] = 0.0
             unit_slopes.append(kd / h)
-        self._derivative_k = [ka * h for ka, h in zip(unit_slopes, self._cell, strict=True)]
         slopes = [growth * sa for sa in unit_slopes]
         with tf.init_scope():  # eager tensors even if built inside a tf.function
             # [k^2 per axis, D k_a / h_a, k_a / h_a (growth given per call)]
@@ -172,20 +171,18 @@ class ZeldovichForward:
         self.linear_gain = self.bias * self._unbiased_gain(self.growth)
 
     def _unbiased_gain(self, growth: float) -> np.ndarray:
-        """float64 ``[n0, n1, n2 // 2 + 1]``: the linear response at bias 1 (module)."""
+        """float64 ``[n0, n1, n2 // 2 + 1]``: the linear response at bias 1 (module;
+        :func:`~fieldhmc.models.cic.lattice_response_factors`)."""
         k = self.grid.kvec()
         k2 = sum(ka**2 for ka in k)
-        if self.lattice_offset:
-            shape = [(-1, 1, 1), (1, -1, 1), (1, 1, -1)]
-            kd = [d.reshape(s) for d, s in zip(self._derivative_k, shape, strict=True)]
-            half = [np.cos(ka * h / 2) for ka, h in zip(k, self._cell, strict=True)]
-            centred = sum(  # half[a - 1] * half[a - 2]: the two other axes
-                kd[a] * 2 * np.sin(k[a] * h / 2) / h * half[a - 1] * half[a - 2]
-                for a, h in enumerate(self._cell)
-            )
-        else:
-            centred = sum(ka * np.sin(ka * h) / h for ka, h in zip(k, self._cell, strict=True))
-        gain = growth * np.where(k2 > 0, centred / np.where(k2 > 0, k2, 1.0), 0.0)
+        shapes = [(-1, 1, 1), (1, -1, 1), (1, 1, -1)]
+        t, c = (
+            [f.reshape(s) for f, s in zip(factors, shapes, strict=True)]
+            for factors in lattice_response_factors(self.grid.grid_shape, self.lattice_offset)
+        )
+        # c[a - 1] * c[a - 2]: the two other axes
+        response = sum(k[a] ** 2 * t[a] * c[a - 1] * c[a - 2] for a in range(3))
+        gain = growth * np.where(k2 > 0, response / np.where(k2 > 0, k2, 1.0), 0.0)
         return gain * np.exp(-0.5 * self.smoothing**2 * k2)
 
     def linear_gain_fn(self, growth=None, bias=None, **_) -> tf.Tensor:
