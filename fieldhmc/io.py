@@ -6,9 +6,9 @@ A run directory::
     data/              truth.npy, data.npy, mask.npy, sigma_map.npy, truth_latents.npz
     traces.h5          streamed per-draw traces [draw, chain, ...] (internal)
     fields.h5          thinned field draws [draw, chain, n0, n1, n2]; posterior mean, var
-    samples.nc         ArviZ InferenceData: posterior (hyperparameters, tracked modes),
-                       sample_stats (lp, acceptance_rate, diverging, energy, step_size,
-                       tree_depth, n_steps)
+    samples.nc         ArviZ InferenceData: posterior (hyperparameters, tracked modes;
+                       no group when there are none), sample_stats (lp, acceptance_rate,
+                       diverging, energy, step_size, tree_depth, n_steps)
     power.nc           per-draw binned P(k) [chain, draw, k] and reference spectra
     summary.json       diagnostics (machine-readable)
     report.txt         the printed diagnostics table
@@ -57,6 +57,7 @@ __all__ = [
     "is_empty_run_directory",
     "lock_run_directory",
     "prepare_run_directory",
+    "read_inference_data",
     "write_json",
     "write_npy",
 ]
@@ -383,6 +384,23 @@ def write_inference_data(
         attrs=dict(attrs or {}),
     )
     return atomic_write(path, lambda tmp: idata.to_netcdf(str(tmp), engine="h5netcdf"))
+
+
+def read_inference_data(path: Path) -> tuple[dict, dict, dict]:
+    """``samples.nc`` as ``(posterior, sample_stats, attrs)``, arrays ``[chain, draw, ...]``.
+
+    ArviZ writes no group for an empty dict: a run with ``outputs.tracked_modes: 0`` and
+    no sampled hyperparameters has no ``posterior`` group, read here as ``{}``.
+    """
+    import arviz as az
+
+    idata = az.from_netcdf(str(path))
+
+    def group(name):
+        ds = getattr(idata, name, None)
+        return {} if ds is None else {k: ds[k].values for k in ds.data_vars}
+
+    return group("posterior"), group("sample_stats"), dict(getattr(idata, "attrs", None) or {})
 
 
 def write_power(

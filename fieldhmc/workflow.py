@@ -776,11 +776,7 @@ def _load_run(run_dir: Path, field_names: tuple[str, ...] | None = None):
     for path in (rundir.samples, rundir.power):
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing: the run has not finished sampling")
-    import arviz as az
-
-    idata = az.from_netcdf(str(rundir.samples))
-    posterior = {k: idata.posterior[k].values for k in idata.posterior.data_vars}
-    stats = {k: idata.sample_stats[k].values for k in idata.sample_stats.data_vars}
+    posterior, stats, _ = io.read_inference_data(rundir.samples)
     with xr.open_dataset(rundir.power, engine="h5netcdf") as ds:
         power = {k: ds[k].values for k in ds.data_vars}
         power["k"] = ds["k"].values
@@ -845,9 +841,7 @@ def _has_field_draws(rundir: io.RunDirectory) -> bool:
 
 def _sampler_tuning(rundir: io.RunDirectory) -> dict | None:
     """Tuned step size (and L) and warm-up gradients stored with the draws, if any."""
-    import arviz as az
-
-    raw = (getattr(az.from_netcdf(str(rundir.samples)), "attrs", None) or {}).get("tuning")
+    raw = io.read_inference_data(rundir.samples)[2].get("tuning")
     return None if raw is None else json.loads(raw)
 
 

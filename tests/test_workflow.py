@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from fieldhmc import cli, workflow
+from fieldhmc import cli, io, workflow
 from fieldhmc.config import load_config
 from fieldhmc.samplers.driver import Sampler
 from fieldhmc.samplers.kinds import MICROCANONICAL_KINDS
@@ -312,3 +312,21 @@ def test_microcanonical_run_states_what_it_is(kind, tmp_path):
     report = (out / "report.txt").read_text()
     assert ("UNADJUSTED" in report) == (kind == "mclmc")
     assert "Var[dE]/d" in report
+
+
+def test_run_with_nothing_in_the_posterior_group(tmp_path):
+    """outputs.tracked_modes 0 and no sampled hyperparameters: ArviZ writes samples.nc
+    without a posterior group, and diagnose / plot read it as empty (they raised
+    AttributeError: 'InferenceData' object has no attribute 'posterior'). Every sampler
+    kind and thin hit this; mclmc with thin 3 is the reported run."""
+    out = tmp_path / "run"
+    extra = ["sampler.kind=mclmc", "sampler.thin=3", "outputs.tracked_modes=0"]
+    extra += ["sampler.num_leapfrog_steps=null", "sampler.jitter_leapfrog=null"]
+    extra += ["sampler.target_accept_prob=null"]
+    assert _run(ROOT / "configs" / "quickstart.yaml", out, *extra) == 0
+    posterior, stats, _ = io.read_inference_data(out / "samples.nc")
+    assert posterior == {}
+    assert stats["lp"].shape == (2, 8)  # 24 results, every 3rd kept
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["metadata"]["sampler"] == "mclmc"
+    assert (out / "report.txt").exists() and (out / "plots" / "traces.png").exists()

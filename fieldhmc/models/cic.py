@@ -61,7 +61,16 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["cic_deconvolve", "cic_paint", "cic_paint_lattice", "cic_readout", "cic_window"]
+__all__ = [
+    "cic_deconvolve",
+    "cic_paint",
+    "cic_paint_lattice",
+    "cic_readout",
+    "cic_window",
+    "half_cell_phase",
+    "lattice_response_factors",
+    "shift_to_sites",
+]
 
 _CORNERS = tuple((e0, e1, e2) for e0 in (0, 1) for e1 in (0, 1) for e2 in (0, 1))
 
@@ -288,12 +297,114 @@ def cic_paint_lattice(displacement, weights=None, offset: float = 0.0) -> tf.Ten
     dtype = displacement.dtype
     grid_shape = tuple(int(n) for n in displacement.shape[2:])
     batch = tf.shape(displacement)[0]
-    q = [tf.range(n, dtype=dtype) + tf.constant(offset, dtype) for n in grid_shape]
+    # Unit masses: the offset is added last; in the lattice (tf.range(n) + offset) XLA's
+    # CPU paint and its gradient took 1.25x as long at 64³ (the Zel'dovich model,
+    # benchmarks/README.md). With weights the order made no difference in speed, and the
+    # lattice's keeps the galaxy model's draws (float rounding) as they were.
+    is_offset_last = weights is None and offset != 0.0
+    q = [tf.range(n, dtype=dtype) for n in grid_shape]
+    if not is_offset_last:
+        q = [x + tf.constant(offset, dtype) for x in q]
     q = (q[0][:, None, None], q[1][None, :, None], q[2][None, None, :])
     components = [tf.reshape(q[a] + displacement[:, a], [batch, -1]) for a in range(3)]
+    if is_offset_last:
+        components = [x + tf.constant(offset, dtype) for x in components]
     if weights is not None:
         weights = tf.reshape(tf.convert_to_tensor(weights, dtype), [batch, -1])
     return _paint(components, weights, grid_shape)
+
+
+def half_cell_phase(freqs: np.ndarray, offset: float) -> np.ndarray:
+    """Per-axis factor :math:`e^{2\\pi i\\, o f}` that translates a field by ``-offset``
+    cells (``freqs`` in cycles per cell); on the Nyquist frequency (:math:`|f| = 1/2`)
+    its real part :math:`\\cos(\\pi o)`, the same for :math:`\\pm f` (0 for a half cell:
+    :math:`\\cos \\pi(q + \\tfrac12) = 0` on the lattice)."""
+    freqs = np.asarray(freqs, np.float64)
+    nyquist = np.abs(freqs) == 0.5
+    return np.where(
+        nyquist, np.cos(2 * np.pi * offset * freqs), np.exp(2j * np.pi * offset * freqs)
+    )
+
+
+def shift_to_sites(modes, grid_shape: Sequence[int], offset: float) -> tf.Tensor:
+    """``modes`` of the field translated by ``-offset`` cells: its values at the sites
+    ``q + offset`` of :func:`cic_paint_lattice` on the nodes ``q``.
+
+    .. math:: \\delta_k \\to \\delta_k \\prod_a e^{2\\pi i\\, o\\, m_a / n_a}
+
+    (:func:`half_cell_phase`, signed frequencies :math:`m_a`). Three 1-D phase factors,
+    eager and captured as program arguments (as in :func:`cic_deconvolve`); no FFT. Its
+    adjoint is the shift by ``-offset`` (the conjugate phase; the Nyquist factor is real).
+
+    Parameters
+    ----------
+    modes : tf.Tensor
+        complex64/complex128 ``[..., n0, n1, n2 // 2 + 1]``.
+    grid_shape : sequence of 3 int
+        ``(n0, n1, n2)``.
+    offset : float
+        In cells, along every axis.
+
+    Returns
+    -------
+    tf.Tensor
+        Same shape and dtype as ``modes``.
+    """
+    n0, n1, n2 = (int(n) for n in grid_shape)
+    freqs = (np.fft.fftfreq(n0), np.fft.fftfreq(n1), np.fft.rfftfreq(n2))
+    with tf.init_scope():
+        phase = [tf.constant(half_cell_phase(f, offset), modes.dtype) for f in freqs]
+    return modes * phase[0][:, None, None] * phase[1][None, :, None] * phase[2][None, None, :]
+
+
+def lattice_response_factors(
+    grid_shape: Sequence[int], offset: float
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per-axis factors of the linear response of a lattice painted by CIC.
+
+    One particle per cell starts at the site :math:`q + o` (:func:`cic_paint_lattice`)
+    with weight :math:`1 + \\beta\\,\\delta` and moves by the displacement
+    :math:`\\Psi_a(\\mathbf k) = D_a\\, i k_a k^{-2}\\,\\delta(\\mathbf k)` (both evaluated
+    at the sites, :func:`shift_to_sites`). To first order in :math:`\\delta` the painted
+    field minus 1 is
+
+    .. math:: \\Bigl[\\sum_a D_a \\frac{k_a^2}{k^2}\\, t_a \\prod_{b \\ne a} c_b
+        + \\beta \\prod_b c_b\\Bigr]\\, \\delta(\\mathbf k)
+
+    with, for :math:`x_a = \\pi m_a / n_a = k_a h_a / 2`,
+
+    * :math:`o = 1/2` (sites between the nodes; exact and diagonal): a small displacement
+      moves weight between the two nodes on either side of the site, a difference over one
+      cell centred on it, :math:`t_a = \\sin x_a / x_a`, and each particle is split evenly
+      over the two nodes of every other axis, :math:`c_b = \\cos x_b`;
+    * :math:`o = 0` (sites on the nodes, the CIC kink): the difference is one-sided, its side
+      that of the displacement; for the part odd in :math:`\\delta`, the centred difference
+      :math:`t_a = \\sin 2x_a / 2x_a`, and :math:`c_b = 1` (a particle at rest paints only
+      its own node).
+
+    :math:`t_a = 0` on the Nyquist frequency (an even axis' derivative is 0 there); with
+    :math:`o = 1/2` the response is 0 on every Nyquist plane. :func:`cic_deconvolve`
+    divides it by :func:`cic_window`.
+
+    Parameters
+    ----------
+    grid_shape : sequence of 3 int
+    offset : {0.0, 0.5}
+
+    Returns
+    -------
+    difference, spread : list of 3 np.ndarray
+        float64 :math:`t_a` and :math:`c_a` on the bins of ``fftfreq(n0)``, ``fftfreq(n1)``,
+        ``rfftfreq(n2)`` (1-D; broadcast them as ``[:, None, None]`` etc.).
+    """
+    if offset not in (0.0, 0.5):
+        raise ValueError(f"offset must be 0 or 0.5, got {offset!r}")
+    n0, n1, n2 = (int(n) for n in grid_shape)
+    freqs = (np.fft.fftfreq(n0), np.fft.fftfreq(n1), np.fft.rfftfreq(n2))
+    scale = 1.0 if offset else 2.0  # np.sinc(y) = sin(pi y) / (pi y), x = pi f
+    difference = [np.where(np.abs(f) == 0.5, 0.0, np.sinc(scale * f)) for f in freqs]
+    spread = [np.cos(np.pi * f) if offset else np.ones_like(f) for f in freqs]
+    return difference, spread
 
 
 def _window_factors(grid_shape: Sequence[int]) -> list[np.ndarray]:

@@ -22,27 +22,22 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from fieldhmc.models.cic import cic_deconvolve, cic_paint_lattice
+from fieldhmc.models.cic import (
+    _window_factors,
+    cic_deconvolve,
+    cic_paint_lattice,
+    lattice_response_factors,
+    shift_to_sites,
+)
 from fieldhmc.models.grid import Grid
 from fieldhmc.models.lagrangian_bias import lagrangian_bias_weights
-from fieldhmc.models.lpt import LagrangianPerturbation, LPTFields
-from fieldhmc.models.rsd import kaiser_factor, line_of_sight, redshift_space_growth
+from fieldhmc.models.lpt import LagrangianPerturbation, LPTFields, as_real
+from fieldhmc.models.rsd import line_of_sight, redshift_space_growth
 
-__all__ = ["BIAS_KINDS", "LPTGalaxyForward", "half_cell_phase"]
+__all__ = ["BIAS_KINDS", "LPTGalaxyForward"]
 
 BIAS_KINDS = (None, "lagrangian")
-
-
-def half_cell_phase(freqs: np.ndarray, offset: float) -> np.ndarray:
-    """Per-axis factor :math:`e^{2\\pi i\\, o f}` that translates a field by ``-offset``
-    cells (``freqs`` in cycles per cell); on the Nyquist frequency (:math:`|f| = 1/2`)
-    its real part :math:`\\cos(\\pi o)`, the same for :math:`\\pm f` (0 for a half cell:
-    :math:`\\cos \\pi(q + \\tfrac12) = 0` on the lattice)."""
-    freqs = np.asarray(freqs, np.float64)
-    nyquist = np.abs(freqs) == 0.5
-    return np.where(
-        nyquist, np.cos(2 * np.pi * offset * freqs), np.exp(2j * np.pi * offset * freqs)
-    )
+_AXES = ((-1, 1, 1), (1, -1, 1), (1, 1, -1))  # a 1-D factor of axis a on the 3-D grid
 
 
 class LPTGalaxyForward:
@@ -68,9 +63,9 @@ class LPTGalaxyForward:
         bias weights) is evaluated there: the input modes are multiplied by the half-cell
         shift :math:`e^{i\\pi \\sum_a m_a / n_a}` (signed frequencies :math:`m_a`), which
         cancels the shift of the painted field at every mode off the Nyquist planes (on
-        them the linear field at the sites is 0: :func:`half_cell_phase`). With 0 (the
-        nodes) the painted field has a kink at zero displacement: it is not differentiable
-        there, and its response to a small field is not the Kaiser factor.
+        them the linear field at the sites is 0: :func:`~fieldhmc.models.cic.shift_to_sites`).
+        With 0 (the nodes) the painted field has a kink at zero displacement: it is not
+        differentiable there, and its response to a small field is not the Kaiser factor.
 
     Notes
     -----
@@ -125,16 +120,71 @@ class LPTGalaxyForward:
             f"lattice_offset={self.lattice_offset})"
         )
 
-    def linear_response(self, *, growth1, rate1=None, b1=0.0, dtype=tf.float64, **_):
-        """The Kaiser factor :math:`D_1 (1 + b_1 + f_1 \\mu^2)` of this configuration
-        (:func:`~fieldhmc.models.rsd.kaiser_factor`; :math:`f_1 = 0` without RSD,
-        :math:`b_1 = 0` without bias), ``[chains or 1, n0, n1, n2 // 2 + 1]``: the linear
-        response of :meth:`from_modes` at low :math:`k`, for a linear surrogate. Other
-        parameters are accepted and ignored, so the keyword set of :meth:`from_modes` can
-        be passed as is."""
-        rate = rate1 if self.rsd else 0.0
-        bias = 1.0 + b1 if self.bias == "lagrangian" else 1.0
-        return kaiser_factor(self.grid, growth1, bias, rate, self.los_axis, dtype)
+    def linear_response(
+        self, *, growth1, rate1=None, b1=0.0, bnabla2=None, dtype=tf.float64, **_
+    ) -> tf.Tensor:
+        """The linear response of :meth:`from_modes` per mode, for a linear surrogate.
+
+        .. math:: R_k = D_1 \\Bigl[\\sum_a \\bigl(1 + f_1 [a = \\mathrm{los}]\\bigr)
+            \\frac{k_a^2}{k^2}\\, t_a \\prod_{b \\ne a} c_b
+            + (b_1 - b_{\\nabla^2} k^2) \\prod_b c_b\\Bigr] \\Big/ W_k
+
+        with the lattice's per-axis factors :math:`t_a, c_b`
+        (:func:`~fieldhmc.models.cic.lattice_response_factors`) and :math:`W_k` the CIC
+        window with ``deconvolve`` (else 1); :math:`f_1 = 0` without RSD, no bias term
+        without bias. 2LPT and the :math:`b_2, b_{s^2}` weights are second order. With
+        ``lattice_offset=0.5`` it is the exact small-field response, mode by mode (with 0,
+        that of the part odd in the field). At low :math:`k` it tends to the Kaiser factor
+        :math:`D_1 (1 + b_1 + f_1 \\mu^2)` (:func:`~fieldhmc.models.rsd.kaiser_factor`),
+        which on the 16³ benchmark grid is 0.78 of it (median over the modes off the
+        Nyquist planes; 0.14 to 1.05), see ``benchmarks/README.md``.
+
+        Parameters
+        ----------
+        growth1, rate1, b1, bnabla2 : float or tf.Tensor
+            :math:`D_1, f_1, b_1, b_{\\nabla^2}` (floats or ``[chains]``; ``bnabla2``
+            ``None``: no term). Other parameters are accepted and ignored, so the keyword
+            set of :meth:`from_modes` can be passed as is.
+        dtype : tf.DType
+
+        Returns
+        -------
+        tf.Tensor
+            ``[chains or 1, n0, n1, n2 // 2 + 1]``.
+        """
+        shape = self.grid.grid_shape
+        t, c = lattice_response_factors(shape, self.lattice_offset)
+        w = _window_factors(shape) if self.deconvolve else [np.ones_like(f) for f in c]
+        # eager 1-D factors, captured as arguments of a compiled program (as kaiser_factor)
+        with tf.init_scope():
+            k2, t, c, inv_w = (
+                [tf.constant(np.reshape(f, s), dtype) for f, s in zip(fs, _AXES, strict=True)]
+                for fs in (
+                    [np.asarray(ka, np.float64).reshape(-1) ** 2 for ka in self.grid.kvec()],
+                    t,
+                    c,
+                    [1.0 / f for f in w],
+                )
+            )
+        total = k2[0] + k2[1] + k2[2]
+        nonzero = total > 0
+        inv_k2 = tf.where(nonzero, 1.0 / tf.where(nonzero, total, tf.ones([], dtype)), 0.0)
+        # c[a - 1] * c[a - 2]: the two other axes
+        term = [k2[a] * inv_k2 * t[a] * c[a - 1] * c[a - 2] for a in range(3)]
+        window = inv_w[0] * inv_w[1] * inv_w[2]
+
+        def chains(value):
+            return tf.reshape(as_real(value, dtype), [-1, 1, 1, 1])
+
+        response = term[0] + term[1] + term[2]
+        if self.rsd:
+            response = response + chains(rate1) * term[self.los_axis]
+        if self.bias == "lagrangian":
+            local = chains(b1)
+            if bnabla2 is not None:
+                local = local - chains(bnabla2) * total
+            response = response + local * (c[0] * c[1] * c[2])
+        return chains(growth1) * response * window
 
     def from_modes(
         self,
@@ -168,7 +218,7 @@ class LPTGalaxyForward:
         """
         modes = tf.convert_to_tensor(modes)
         if self.lattice_offset:
-            modes = self._shift_to_sites(modes)
+            modes = shift_to_sites(modes, self.grid.grid_shape, self.lattice_offset)
         if self.order == 2 and growth2 is None:
             raise ValueError("order 2 needs growth2")
         if self.rsd and (rate1 is None or (self.order == 2 and rate2 is None)):
@@ -191,17 +241,6 @@ class LPTGalaxyForward:
         if self.deconvolve:
             return cic_deconvolve(galaxies, return_modes=return_modes)
         return tf.signal.rfft3d(galaxies, self.grid.grid_shape) if return_modes else galaxies
-
-    def _shift_to_sites(self, modes: tf.Tensor) -> tf.Tensor:
-        """``modes`` of the field translated by ``-lattice_offset`` cells (its values at the
-        particles' sites on the nodes), three 1-D phase factors (no grid constant)."""
-        n0, n1, n2 = self.grid.grid_shape
-        freqs = (np.fft.fftfreq(n0), np.fft.fftfreq(n1), np.fft.rfftfreq(n2))
-        with tf.init_scope():  # eager, captured as arguments (see cic_deconvolve)
-            phase = [
-                tf.constant(half_cell_phase(f, self.lattice_offset), modes.dtype) for f in freqs
-            ]
-        return modes * phase[0][:, None, None] * phase[1][None, :, None] * phase[2][None, None, :]
 
     def __call__(self, delta, **params) -> tf.Tensor:
         """:meth:`from_modes` of ``rfft3d(delta)`` (``delta`` real ``[chains, n0, n1, n2]``)."""

@@ -1,7 +1,7 @@
 """A differentiable Zel'dovich (1LPT) + cloud-in-cell forward model.
 
 The initial overdensity :math:`\\delta` (linear, at the prior's normalisation)
-displaces one particle per cell from the cell centre :math:`q` by the first-order
+displaces one particle per cell from its site :math:`q` by the first-order
 Lagrangian displacement
 
 .. math::
@@ -29,16 +29,32 @@ The derivative :math:`i k_a` of an even-sized axis is set to 0 on its Nyquist
 frequency (the mode is its own Hermitian partner there, so an odd operator would
 not map real fields to real fields); :math:`\\Psi(\\mathbf 0) = 0`.
 
-For small displacements CIC painting differentiates :math:`\\Psi` by a one-sided
-difference whose side follows the sign of the displacement; averaged over signs this
-is the centred difference, so the mean linear response (``linear_gain``, used only by
-the ``posterior`` preconditioner) is
+**Sites half a cell off the nodes** (``lattice_offset=0.5``, the default): the sites
+are :math:`q = \\mathbf n + o` (:math:`\\mathbf n` the grid nodes, :math:`o = 1/2` cell
+along every axis) and :math:`\\Psi` is evaluated there (the modes times the half-cell
+phase, :func:`~fieldhmc.models.cic.shift_to_sites`; no extra transform), as in
+:class:`~fieldhmc.models.LPTGalaxyForward`. On the nodes (``lattice_offset=0``) the CIC
+kernel has its kink at zero displacement: the painted field is only piecewise linear in
+:math:`\\delta` (:math:`\\|F(\\epsilon\\delta) + F(-\\epsilon\\delta)\\| \\approx 0.6\\,
+\\|F(\\epsilon\\delta) - F(-\\epsilon\\delta)\\|` at any small :math:`\\epsilon`, 8³), so the log
+density's gradient jumps wherever a displacement component changes sign (by its own size
+between latents :math:`\\pm\\epsilon v`; from between the nodes by :math:`O(\\epsilon)`).
+
+The linear response (``linear_gain``, used only by the ``posterior`` preconditioner):
+from sites between the nodes a small displacement moves weight between the two nodes on
+either side, a difference over one cell centred on the site (:math:`2\\sin(k_a h_a/2) /
+h_a`), and the other axes split the particle evenly over their two nodes
+(:math:`\\cos(k_b h_b / 2)`), so the response is exactly linear and diagonal,
 
 .. math::
 
-    g_k = b\\, D\\, e^{-k^2R^2/2}\\, \\frac{1}{k^2} \\sum_a k_a \\frac{\\sin(k_a h_a)}{h_a},
+    g_k = b\\, D\\, e^{-k^2R^2/2}\\, \\frac{1}{k^2} \\sum_a k_a
+    \\frac{2 \\sin(k_a h_a / 2)}{h_a} \\prod_{b \\ne a} \\cos\\frac{k_b h_b}{2};
 
-:math:`\\to bD` at low :math:`k` and 0 on the Nyquist planes (:math:`h_a` the cell size).
+from the nodes painting differentiates :math:`\\Psi` by a one-sided difference whose side
+follows the sign of the displacement, the centred difference on average,
+:math:`g_k = b D e^{-k^2R^2/2} k^{-2} \\sum_a k_a \\sin(k_a h_a) / h_a`. Both
+:math:`\\to bD` at low :math:`k` and are 0 on the Nyquist planes (:math:`h_a` the cell size).
 
 Cost per value and gradient: from :math:`\\delta`, 1 rfft3d + 3 irfft3d forward
 (the three components are one batched transform) and 3 rfft3d + 1 irfft3d backward
@@ -64,7 +80,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from fieldhmc.models.cic import _paint
+from fieldhmc.models.cic import cic_paint_lattice, lattice_response_factors, shift_to_sites
 from fieldhmc.models.grid import Grid
 
 __all__ = ["ZeldovichForward"]
@@ -86,6 +102,10 @@ class ZeldovichForward:
     bias : float
         Linear Eulerian bias :math:`b` of the prediction :math:`b\\,\\delta_e`
         (dimensionless, default 1).
+    lattice_offset : {0.5, 0.0}
+        The particles' sites, in cells from the grid nodes along every axis (see the
+        module): 0.5 (default) between the nodes, where the forward model is smooth in
+        small displacements; 0 on the nodes, where it has the CIC kink.
 
     Notes
     -----
@@ -106,7 +126,10 @@ class ZeldovichForward:
         growth: float = 1.0,
         smoothing: float | None = None,
         bias: float = 1.0,
+        lattice_offset: float = 0.5,
     ):
+        if lattice_offset not in (0.0, 0.5):
+            raise ValueError(f"lattice_offset must be 0 or 0.5, got {lattice_offset!r}")
         if not isinstance(grid, Grid):
             raise ValueError(f"grid must be a fieldhmc.models.Grid, got {type(grid).__name__}")
         growth = float(growth)
@@ -122,6 +145,7 @@ class ZeldovichForward:
         self.growth = growth
         self.bias = bias
         self.smoothing = smoothing
+        self.lattice_offset = float(lattice_offset)
         self._cell = tuple(ell / n for ell, n in zip(grid.box_size, grid.grid_shape, strict=True))
         k = [np.asarray(ka, np.float64).reshape(-1) for ka in grid.kvec()]
         # derivative wavenumbers: 0 on the Nyquist frequency of even axes (-Nyquist of
@@ -147,11 +171,18 @@ class ZeldovichForward:
         self.linear_gain = self.bias * self._unbiased_gain(self.growth)
 
     def _unbiased_gain(self, growth: float) -> np.ndarray:
-        """float64 ``[n0, n1, n2 // 2 + 1]``: the linear response at bias 1."""
+        """float64 ``[n0, n1, n2 // 2 + 1]``: the linear response at bias 1 (module;
+        :func:`~fieldhmc.models.cic.lattice_response_factors`)."""
         k = self.grid.kvec()
         k2 = sum(ka**2 for ka in k)
-        centred = sum(ka * np.sin(ka * h) / h for ka, h in zip(k, self._cell, strict=True))
-        gain = growth * np.where(k2 > 0, centred / np.where(k2 > 0, k2, 1.0), 0.0)
+        shapes = [(-1, 1, 1), (1, -1, 1), (1, 1, -1)]
+        t, c = (
+            [f.reshape(s) for f, s in zip(factors, shapes, strict=True)]
+            for factors in lattice_response_factors(self.grid.grid_shape, self.lattice_offset)
+        )
+        # c[a - 1] * c[a - 2]: the two other axes
+        response = sum(k[a] ** 2 * t[a] * c[a - 1] * c[a - 2] for a in range(3))
+        gain = growth * np.where(k2 > 0, response / np.where(k2 > 0, k2, 1.0), 0.0)
         return gain * np.exp(-0.5 * self.smoothing**2 * k2)
 
     def linear_gain_fn(self, growth=None, bias=None, **_) -> tf.Tensor:
@@ -180,7 +211,7 @@ class ZeldovichForward:
     def __repr__(self) -> str:
         return (
             f"ZeldovichForward(grid={self.grid}, growth={self.growth}, bias={self.bias}, "
-            f"smoothing={self.smoothing})"
+            f"smoothing={self.smoothing}, lattice_offset={self.lattice_offset})"
         )
 
     def _k2(self, dtype) -> tf.Tensor:
@@ -204,18 +235,25 @@ class ZeldovichForward:
             axis=0,
         )
 
-    def displacement(self, delta: tf.Tensor, growth=None) -> tf.Tensor:
-        """The 1LPT displacement :math:`D\\,\\Psi` in **cell units**.
+    def _to_sites(self, modes: tf.Tensor, sign: int = 1) -> tf.Tensor:
+        """``modes`` at the particles' sites (:func:`~fieldhmc.models.cic.shift_to_sites`;
+        ``sign=-1``: its adjoint, the conjugate phase); the identity on the nodes."""
+        if not self.lattice_offset:
+            return modes
+        return shift_to_sites(modes, self.grid.grid_shape, sign * self.lattice_offset)
 
-        .. math:: \\Psi_a = \\mathrm{irfft}\\bigl(i S_a\\, \\mathrm{rfft}(\\delta)\\bigr),
+    def displacement(self, delta: tf.Tensor, growth=None) -> tf.Tensor:
+        """The 1LPT displacement :math:`D\\,\\Psi` at the particles' sites, in **cell units**.
+
+        .. math:: \\Psi_a = \\mathrm{irfft}\\bigl(i S_a P\\, \\mathrm{rfft}(\\delta)\\bigr),
             \\qquad
-            \\bar\\delta = \\mathrm{irfft}\\Bigl(\\sum_a (-i S_a)\\,
+            \\bar\\delta = \\mathrm{irfft}\\Bigl(\\bar P \\sum_a (-i S_a)\\,
             \\mathrm{rfft}(\\bar\\Psi_a)\\Bigr)
 
-        (backward norm; the gradient is the exact adjoint, registered with
-        :func:`tf.custom_gradient`: one batched rfft3d of the three components and one
-        irfft3d. The sum is Hermitian on the self-paired planes, so no projection is
-        needed for a GPU c2r either.)
+        (:math:`P` the phase to the sites, 1 on the nodes; backward norm; the gradient is
+        the exact adjoint, registered with :func:`tf.custom_gradient`: one batched rfft3d
+        of the three components and one irfft3d. The sum is Hermitian on the self-paired
+        planes, so no projection is needed for a GPU c2r either.)
 
         Parameters
         ----------
@@ -235,15 +273,16 @@ class ZeldovichForward:
 
         @tf.custom_gradient
         def psi(d):
-            modes = tf.signal.rfft3d(d, fft_length=shape)[:, None]  # [B, 1, n0, n1, m]
-            re, im = tf.math.real(modes), tf.math.imag(modes)
+            modes = self._to_sites(tf.signal.rfft3d(d, fft_length=shape))[:, None]
+            re, im = tf.math.real(modes), tf.math.imag(modes)  # [B, 1, n0, n1, m]
             disp = tf.signal.irfft3d(tf.complex(-im * mult, re * mult), fft_length=shape)
 
             def grad(upstream):
                 g = tf.signal.rfft3d(upstream, fft_length=shape)  # [B, 3, n0, n1, m]
                 re_g = tf.reduce_sum(tf.math.imag(g) * mult, axis=1)
                 im_g = -tf.reduce_sum(tf.math.real(g) * mult, axis=1)
-                return tf.signal.irfft3d(tf.complex(re_g, im_g), fft_length=shape)
+                back = self._to_sites(tf.complex(re_g, im_g), -1)
+                return tf.signal.irfft3d(back, fft_length=shape)
 
             return disp, grad
 
@@ -260,8 +299,9 @@ class ZeldovichForward:
     def displacement_from_modes(self, modes: tf.Tensor, growth=None) -> tf.Tensor:
         """:meth:`displacement` from ``modes = tf.signal.rfft3d(delta)``.
 
-        .. math:: \\Psi_a = \\mathrm{irfft}\\bigl(i S_a\\, \\delta_k\\bigr), \\qquad
-            \\bar\\delta_k = \\frac{w_k}{N} \\sum_a (-i S_a)\\, \\mathrm{rfft}(\\bar\\Psi_a)
+        .. math:: \\Psi_a = \\mathrm{irfft}\\bigl(i S_a P\\, \\delta_k\\bigr), \\qquad
+            \\bar\\delta_k = \\frac{w_k}{N} \\bar P \\sum_a (-i S_a)\\,
+            \\mathrm{rfft}(\\bar\\Psi_a)
 
         (one batched irfft3d forward, one batched rfft3d backward; the gradient is
         TensorFlow's convention for complex inputs, as the registered ``IRFFT3D``
@@ -293,7 +333,7 @@ class ZeldovichForward:
 
         @tf.custom_gradient
         def psi(z):
-            z = z[:, None]  # [B, 1, n0, n1, m]
+            z = self._to_sites(z)[:, None]  # [B, 1, n0, n1, m]
             re, im = tf.math.real(z), tf.math.imag(z)
             disp = tf.signal.irfft3d(tf.complex(-im * mult, re * mult), fft_length=shape)
 
@@ -301,7 +341,7 @@ class ZeldovichForward:
                 g = tf.signal.rfft3d(upstream, fft_length=shape)  # [B, 3, n0, n1, m]
                 re_g = tf.reduce_sum(tf.math.imag(g) * adjoint, axis=1)
                 im_g = -tf.reduce_sum(tf.math.real(g) * adjoint, axis=1)
-                return tf.complex(re_g, im_g)
+                return self._to_sites(tf.complex(re_g, im_g), -1)
 
             return disp, grad
 
@@ -334,15 +374,7 @@ class ZeldovichForward:
         """Paint the lattice displaced by ``disp`` ``[B, 3, n0, n1, n2]``, minus 1, smoothed,
         times the bias (``[B]``, or the fixed one)."""
         dtype = disp.dtype
-        n0, n1, n2 = self.grid.grid_shape
-        batch = tf.shape(disp)[0]
-        q = (
-            tf.range(n0, dtype=dtype)[:, None, None],
-            tf.range(n1, dtype=dtype)[None, :, None],
-            tf.range(n2, dtype=dtype)[None, None, :],
-        )
-        components = [tf.reshape(q[a] + disp[:, a], [batch, -1]) for a in range(3)]
-        evolved = _paint(components, None, (n0, n1, n2)) - 1.0
+        evolved = cic_paint_lattice(disp, None, self.lattice_offset) - 1.0
         if self.smoothing > 0:
             evolved = self._smooth(evolved)
         if bias is not None:

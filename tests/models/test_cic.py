@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from fieldhmc.models import cic_paint, cic_readout
-from fieldhmc.models.cic import _paint_flat, cic_deconvolve, cic_window
+from fieldhmc.models.cic import _paint_flat, cic_deconvolve, cic_window, shift_to_sites
 
 SHAPES = [(8, 8, 8), (5, 6, 7)]
 
@@ -174,6 +174,32 @@ def test_cic_window_matches_numpy_and_deconvolve_divides_by_it():
     np.testing.assert_allclose(got, expected.real, atol=1e-12)
     modes = cic_deconvolve(tf.constant(field), return_modes=True).numpy()
     np.testing.assert_allclose(modes, np.fft.rfftn(got, axes=(1, 2, 3)), atol=1e-11)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_shift_to_sites_translates_and_its_adjoint_is_the_opposite_shift(shape):
+    """A whole cell is np.roll by -1 per axis (the Nyquist factor cos(pi) = -1 included);
+    half a cell is the trigonometric interpolation at q + 1/2 (0 on the Nyquist planes),
+    and <S_o x, y> = <x, S_-o y> for real fields (rfft-weighted inner product)."""
+    rng = np.random.default_rng(8)
+    field = rng.standard_normal((2, *shape))
+    modes = tf.constant(np.fft.rfftn(field, axes=(1, 2, 3)))
+    rolled = np.fft.irfftn(shift_to_sites(modes, shape, 1.0).numpy(), s=shape, axes=(1, 2, 3))
+    np.testing.assert_allclose(rolled, np.roll(field, -1, axis=(1, 2, 3)), atol=1e-12)
+    # half a cell: the Fourier series of field at q + 1/2 (Nyquist terms cos(pi (q + 1/2)) = 0)
+    full = np.fft.fftn(field, axes=(1, 2, 3))
+    freqs = [np.fft.fftfreq(n) for n in shape]
+    phase = [np.where(np.abs(f) == 0.5, 0.0, np.exp(1j * np.pi * f)) for f in freqs]
+    half = np.fft.ifftn(
+        full * phase[0][:, None, None] * phase[1][None, :, None] * phase[2][None, None, :],
+        axes=(1, 2, 3),
+    )
+    got = np.fft.irfftn(shift_to_sites(modes, shape, 0.5).numpy(), s=shape, axes=(1, 2, 3))
+    np.testing.assert_allclose(got, half.real, atol=1e-12)
+    other = rng.standard_normal((2, *shape))
+    back = shift_to_sites(tf.constant(np.fft.rfftn(other, axes=(1, 2, 3))), shape, -0.5)
+    back = np.fft.irfftn(back.numpy(), s=shape, axes=(1, 2, 3))
+    np.testing.assert_allclose(np.sum(got * other), np.sum(field * back), rtol=1e-12)
 
 
 def test_deconvolved_shot_noise_of_uniform_particles():

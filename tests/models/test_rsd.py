@@ -64,8 +64,9 @@ def test_small_amplitude_response_is_kaiser(rate1, b1):
     """Linear regime, 1LPT + RSD + Lagrangian b1, CIC: the measured response
     <delta_g delta*> / <|delta|^2> on the lowest modes (pooled by symmetry) against the
     lattice prediction (1/k^2) sum_a D_a k_a sin(k_a h_a) / h_a + b1 D (the CIC response of
-    the displacement, averaged over its sign, as ZeldovichForward.linear_gain, per axis;
-    a particle on its cell centre paints its weight into its own cell), and against the
+    the displacement, averaged over its sign, as ZeldovichForward(lattice_offset=0)'s
+    linear_gain, per axis; a particle on its cell centre paints its weight into its own
+    cell), and against the
     Kaiser factor D (1 + b1 + f mu^2): the Eulerian linear bias is 1 + b1."""
     shape, box = (16, 16, 16), (128.0, 128.0, 128.0)
     grid = models.Grid(shape, box)
