@@ -27,7 +27,7 @@ __all__ = ["MemoryEstimate", "available_bytes", "check_memory", "estimate_peak_b
 # non-field memory (~0.5-0.8 GB) sets the peak, hence the higher baseline. Each chain
 # more: 8.8 fields (256³ x 1 -> x 4). The chains of the 128³ and 256³ 4-chain runs had
 # not converged (5 warm-up steps), so their field convergence test flagged nearly every
-# mode: the worst case of diagnose (it held ~270 field-sizes before issue 14's fix).
+# mode: the worst case of diagnose.
 
 #: RSS of a run before any field exists: TensorFlow, XLA compiling the chunk, the
 #: diagnostics and plotting stack (64³ and 128³ runs peak at 1.3-1.6 GB).

@@ -317,7 +317,7 @@ def preconditioner_advice(
     -----
     On masked data the ``posterior`` metric spreads the mean noise precision over the
     masked voxels too; ``prior`` needed 1.8x (Gaussian) and 16x (Poisson) fewer
-    gradients per min-ESS there (``benchmarks/README.md``, issue 27). Without a mask
+    gradients per min-ESS there (``benchmarks/README.md``). Without a mask
     ``posterior`` is the exact Fourier-diagonal posterior of Gaussian noise.
     """
     if not poor or preconditioner is None:

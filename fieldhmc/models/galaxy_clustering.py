@@ -86,7 +86,7 @@ class GalaxyClusteringForward:
         As :class:`~fieldhmc.models.LPTGalaxyForward`; the particles start half a cell
         from the nodes (``lattice_offset=0.5``), so that the target is differentiable at
         small displacements (on the nodes a chain's gradient jumps wherever a particle's
-        displacement changes sign; see ``benchmarks/README.md``, issue 29).
+        displacement changes sign; see ``benchmarks/README.md``).
     b1, b2, bs2, bnabla2 : float
         Fixed Lagrangian biases (``bias="lagrangian"``; :math:`b_{\\nabla^2}` in
         (Mpc/h)²; 0 skips its term and its transform).

@@ -90,7 +90,7 @@ averaging again with :math:`L` fixed; the final step size is its average.
 
 Two departures from BlackJAX's ``adjusted_mclmc_find_L_and_step_size`` (which has
 the same four stages when ``frac_tune3 > 0``), both found on the whitened field
-posteriors (issue 13, ``tests/samplers/test_mams_tuning.py``):
+posteriors (``tests/samplers/test_mams_tuning.py``):
 
 * BlackJAX scales :math:`\epsilon` with :math:`L` at the end of stage 2 and re-runs
   dual averaging before stage 3; without that re-run stage 3 ran at
