@@ -53,6 +53,9 @@ def _hash_arrays(items) -> str:
 
 
 def _netcdf_items(path: Path, group: str):
+    with h5py.File(path, "r") as f:
+        if group not in f:  # ArviZ writes no group for an empty dict (nothing tracked)
+            return
     with xr.open_dataset(path, group=group) as ds:
         for name in sorted(ds.data_vars):
             yield f"{group}/{name}", ds[name].values

@@ -84,6 +84,25 @@ def test_run_hashes_are_reproducible_and_see_a_changed_figure(tmp_path):
     assert run_hashes.hash_run(summary.parent)["summary"] != before["summary"]
 
 
+def test_run_hashes_reads_a_run_without_a_posterior_group(tmp_path):
+    """ArviZ writes no posterior group when nothing is tracked or sampled; the draws
+    hash is then that of the sample stats alone, and still sees a changed stat."""
+    import json
+
+    import arviz as az
+    import numpy as np
+
+    run_hashes = _load("run_hashes")
+    (tmp_path / "summary.json").write_text(json.dumps({"num_draws": 3}))
+    lp = np.arange(6.0).reshape(2, 3)
+    hashes = []
+    for value in (lp, lp + 1):
+        az.from_dict(sample_stats={"lp": value}).to_netcdf(str(tmp_path / "samples.nc"))
+        hashes.append(run_hashes.hash_run(tmp_path))
+    assert hashes[0]["fields"] == "-" and hashes[0]["summary"] == hashes[1]["summary"]
+    assert hashes[0]["draws"] != hashes[1]["draws"]
+
+
 def test_code_metrics_counts_kind_comparisons_long_functions_and_cycles(tmp_path):
     """On a made-up package: literal and constant kind comparisons, a 61-line function,
     a two-module import cycle; a lowercase variable named ``kind`` is not a constant."""
