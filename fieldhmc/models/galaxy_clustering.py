@@ -32,7 +32,8 @@ exact small-field response of the lattice model,
 .. math:: R_k = D_1(a_\\mathrm{obs})\\,(1 + b_1 + f_1 \\mu_k^2)
 
 (:math:`f_1 = 0` without RSD, :math:`b_1 = 0` without bias), which was the surrogate
-before and is 0.78 of the model's response at the median mode of the 16³ benchmark grid.
+before and is far from the model's response beyond half the Nyquist frequency
+(``benchmarks/README.md``).
 
 Outside :math:`\\Omega_b < \\Omega_m \\le 1` the growth is evaluated at the clipped value
 (finite value and gradient); the model's density is :math:`-\\infty` there (the power

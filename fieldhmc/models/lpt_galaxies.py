@@ -136,8 +136,8 @@ class LPTGalaxyForward:
         ``lattice_offset=0.5`` it is the exact small-field response, mode by mode (with 0,
         that of the part odd in the field). At low :math:`k` it tends to the Kaiser factor
         :math:`D_1 (1 + b_1 + f_1 \\mu^2)` (:func:`~fieldhmc.models.rsd.kaiser_factor`),
-        which on the 16³ benchmark grid is 0.78 of it (median over the modes off the
-        Nyquist planes; 0.14 to 1.05), see ``benchmarks/README.md``.
+        which beyond half the Nyquist frequency is far from it (above it along the axes,
+        below it on the diagonals with ``deconvolve``), see ``benchmarks/README.md``.
 
         Parameters
         ----------

@@ -116,8 +116,8 @@ def test_linear_response_is_the_small_field_response(grid_key, los_axis, deconvo
     """linear_response (the conditional parametrisation's surrogate) against the forward
     model's response to a small field eps*delta, measured mode by mode from the part odd
     in eps (2LPT, b2, bs2 drop out; b_nabla2 does not). From sites half a cell off the
-    nodes the whole response is linear; the Kaiser factor it replaced was 0.78 of it at
-    the median mode of the 16³ benchmark grid (benchmarks/README.md)."""
+    nodes the whole response is linear; the Kaiser factor it replaced is far from it
+    beyond k_Nyq/2 (benchmarks/README.md)."""
     shape, box = GRIDS[grid_key]
     grid = models.Grid(shape, box)
     fwd = LPTGalaxyForward(grid, los_axis=los_axis, deconvolve=deconvolve, lattice_offset=offset)
