@@ -649,17 +649,51 @@ def _hyper_parts(target, chains, seed):
     return target.state_from_model([*u, rng.standard_normal((chains, *GRID))])
 
 
+def _against_model(target, model, data, parts, mesh, scales) -> tuple[dict, np.ndarray]:
+    """The mesh target's value and gradients at ``parts`` against the model's
+    ``target_log_prob_fn`` at their model latents (its gradient mapped by the chain rule:
+    the hyperparameters' ``scales``, the field's orthonormal map times the metric's c_k):
+    the comparison dict, and the model's log density."""
+    import tensorflow as tf
+
+    from fieldhmc.ops import fft
+    from fieldhmc.samplers.reductions import host
+    from fieldhmc.samplers.sharded import _ShardedCarry
+
+    carry = _ShardedCarry(mesh, GRID)
+    lp, grads = tf.function(target.value_and_gradients, autograph=False)(
+        [carry.place(p) for p in parts]
+    )
+    lp, grads = host(lp), [host(g) for g in grads]
+    latents = [tf.constant(v) for v in target.model_latents(parts)]
+    with tf.GradientTape() as tape:
+        tape.watch(latents)
+        ref = model.target_log_prob_fn(data)(*latents)
+    ref_grads = tape.gradient(ref, latents)
+    names = model.hyper_names
+    expected = [g.numpy() * scales[n] for n, g in zip(names, ref_grads[:-1], strict=True)]
+    modes = model.packing.modes_from_real(ref_grads[-1])
+    if target._metric is not None:  # d/dv = A^T d/dxi: c_k once more
+        modes = modes * tf.constant(target._metric, modes.dtype)
+    expected.append(fft.irfft3d(modes, fft_length=GRID, norm="ortho").numpy())
+    ref = ref.numpy()
+    return {
+        "lp_dtype": str(lp.dtype),
+        "lp_rel": float(np.max(np.abs(lp - ref) / np.abs(ref))),
+        "grad_rel": [
+            float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+            for a, b in zip(grads, expected, strict=True)
+        ],
+        "names": list(target.latent_names),
+    }, ref
+
+
 def hyper_target_cases(mesh):
     """The mesh target with sampled (log A, n) on 4 devices == the model's
     ``target_log_prob_fn`` at the model latents of the parts, value and gradient (the
     gradient mapped back by the chain rule: the hyperparameters' scales, the field's
     orthonormal map times the posterior metric's c_k)."""
-    import tensorflow as tf
-
     from fieldhmc.models.sharded import ShardedGaussianTarget
-    from fieldhmc.ops import fft
-    from fieldhmc.samplers.reductions import host
-    from fieldhmc.samplers.sharded import _ShardedCarry
 
     out = {}
     # the mask and the posterior metric's map; the conditional latent (mu + sqrt(w) Z)
@@ -667,31 +701,8 @@ def hyper_target_cases(mesh):
         model, data = _hyper_problem(masked, par)
         target = ShardedGaussianTarget(model, data, mesh, pre, hyper_scales=HYPER_SCALES)
         parts = _hyper_parts(target, 3, 1)
-        carry = _ShardedCarry(mesh, GRID)
-        lp, grads = tf.function(target.value_and_gradients, autograph=False)(
-            [carry.place(p) for p in parts]
-        )
-        lp, grads = host(lp), [host(g) for g in grads]
-        latents = [tf.constant(v) for v in target.model_latents(parts)]
-        with tf.GradientTape() as tape:
-            tape.watch(latents)
-            ref = model.target_log_prob_fn(data)(*latents)
-        ref_grads = tape.gradient(ref, latents)
-        names = model.hyper_names
-        expected = [g.numpy() * HYPER_SCALES[n] for n, g in zip(names, ref_grads[:-1], strict=True)]
-        modes = model.packing.modes_from_real(ref_grads[-1])
-        if target._metric is not None:  # d/dv = A^T d/dxi: c_k once more
-            modes = modes * tf.constant(target._metric, modes.dtype)
-        expected.append(fft.irfft3d(modes, fft_length=GRID, norm="ortho").numpy())
-        out[f"{'masked' if masked else 'unmasked'}-{pre}-{par}"] = {
-            "lp_dtype": str(lp.dtype),
-            "lp_rel": float(np.max(np.abs(lp - ref.numpy()) / np.abs(ref.numpy()))),
-            "grad_rel": [
-                float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-                for a, b in zip(grads, expected, strict=True)
-            ],
-            "names": list(target.latent_names),
-        }
+        key = f"{'masked' if masked else 'unmasked'}-{pre}-{par}"
+        out[key] = _against_model(target, model, data, parts, mesh, HYPER_SCALES)[0]
     return out
 
 
@@ -965,12 +976,7 @@ def poisson_target_cases(mesh):
     ``target_log_prob_fn`` at the model latents of random parts (value and every part's
     gradient mapped by the chain rule, as ``hyper_target_cases``): fixed P(k) with the
     posterior metric; sampled (log A, n) with the conditional latent."""
-    import tensorflow as tf
-
     from fieldhmc.models.sharded import ShardedGaussianTarget
-    from fieldhmc.ops import fft
-    from fieldhmc.samplers.reductions import host
-    from fieldhmc.samplers.sharded import _ShardedCarry
 
     out = {}
     for pre, par, sampled in POISSON_TARGETS:
@@ -981,32 +987,9 @@ def poisson_target_cases(mesh):
             parts = _hyper_parts(target, 3, 1)
         else:  # xi about the posterior: counts of 3 per voxel keep exp(delta) moderate
             parts = [0.5 * np.random.default_rng(1).standard_normal((3, *GRID))]
-        carry = _ShardedCarry(mesh, GRID)
-        lp, grads = tf.function(target.value_and_gradients, autograph=False)(
-            [carry.place(p) for p in parts]
-        )
-        lp, grads = host(lp), [host(g) for g in grads]
-        latents = [tf.constant(v) for v in target.model_latents(parts)]
-        with tf.GradientTape() as tape:
-            tape.watch(latents)
-            ref = model.target_log_prob_fn(data)(*latents)
-        ref_grads = tape.gradient(ref, latents)
-        names = model.hyper_names
-        expected = [g.numpy() * HYPER_SCALES[n] for n, g in zip(names, ref_grads[:-1], strict=True)]
-        modes = model.packing.modes_from_real(ref_grads[-1])
-        if target._metric is not None:  # d/dv = A^T d/dxi: c_k once more
-            modes = modes * tf.constant(target._metric, modes.dtype)
-        expected.append(fft.irfft3d(modes, fft_length=GRID, norm="ortho").numpy())
-        out[f"{pre}-{par}-{'sampled' if sampled else 'fixed'}"] = {
-            "lp_dtype": str(lp.dtype),
-            "lp_rel": float(np.max(np.abs(lp - ref.numpy()) / np.abs(ref.numpy()))),
-            "grad_rel": [
-                float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-                for a, b in zip(grads, expected, strict=True)
-            ],
-            "names": list(target.latent_names),
-            "finite": bool(np.all(np.isfinite(ref.numpy()))),
-        }
+        case, ref = _against_model(target, model, data, parts, mesh, HYPER_SCALES)
+        case["finite"] = bool(np.all(np.isfinite(ref)))
+        out[f"{pre}-{par}-{'sampled' if sampled else 'fixed'}"] = case
     return out
 
 
@@ -1044,40 +1027,12 @@ def cosmology_target_case(mesh):
     """The mesh target with Omega_m and sigma8 sampled (the E&H power evaluated on the
     distinct |k| and gathered by the sharded |k| index), posterior metric, on 4 devices
     == model.target_log_prob_fn at the parts' model latents, value and every gradient."""
-    import tensorflow as tf
-
     from fieldhmc.models.sharded import ShardedGaussianTarget
-    from fieldhmc.ops import fft
-    from fieldhmc.samplers.reductions import host
-    from fieldhmc.samplers.sharded import _ShardedCarry
 
     model, data = _cosmology_problem()
     target = ShardedGaussianTarget(model, data, mesh, "posterior", hyper_scales=COSMOLOGY_SCALES)
     parts = _cosmology_parts(target, 3, 1)
-    carry = _ShardedCarry(mesh, GRID)
-    lp, grads = tf.function(target.value_and_gradients, autograph=False)(
-        [carry.place(p) for p in parts]
-    )
-    lp, grads = host(lp), [host(g) for g in grads]
-    latents = [tf.constant(v) for v in target.model_latents(parts)]
-    with tf.GradientTape() as tape:
-        tape.watch(latents)
-        ref = model.target_log_prob_fn(data)(*latents)
-    ref_grads = tape.gradient(ref, latents)
-    names = model.hyper_names
-    expected = [g.numpy() * COSMOLOGY_SCALES[n] for n, g in zip(names, ref_grads[:-1], strict=True)]
-    modes = model.packing.modes_from_real(ref_grads[-1])
-    modes = modes * tf.constant(target._metric, modes.dtype)  # d/dv = A^T d/dxi
-    expected.append(fft.irfft3d(modes, fft_length=GRID, norm="ortho").numpy())
-    return {
-        "names": list(target.latent_names),
-        "lp_dtype": str(lp.dtype),
-        "lp_rel": float(np.max(np.abs(lp - ref.numpy()) / np.abs(ref.numpy()))),
-        "grad_rel": [
-            float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-            for a, b in zip(grads, expected, strict=True)
-        ],
-    }
+    return _against_model(target, model, data, parts, mesh, COSMOLOGY_SCALES)[0]
 
 
 def cosmology_driver_case(mesh):
