@@ -6,6 +6,16 @@ seeds and counters are passed as tensors, so nothing retraces between chunks.
 After every chunk the complete sampler state is checkpointed atomically, traces are
 appended to the store, and progress is reported from Python.
 
+Warm-up and post-warm-up chunks are two programs (chunks never straddle the end of
+warm-up). The warm-up one carries the kind's tuner (and the latent moments of
+``adapt_diagonal``) and computes no field outputs; the post-warm-up one runs the kind's
+:meth:`~fieldhmc.samplers.kinds.SamplerKind.sampling_kernel` -- the same transitions at
+the tuned parameters, without the tuner's code -- and computes each field output only
+on the transitions that feed it. One program for both phases kept each phase's work
+under conditionals, and XLA copies a loop-carried buffer that a conditional passes
+through: mclmc / mams copied their tuner's per-chain moments twice per transition
+after warm-up.
+
 Seeds: step ``t`` (counted over warm-up and sampling) uses
 ``stateless_fold_in(seed, t)``, independent of chunking, so a resumed run replays
 exactly the draws of an uninterrupted one.
