@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/memory.py
 	$(PY) benchmarks/scaling.py
 	$(PY) benchmarks/microcanonical.py
+	$(PY) benchmarks/driver_overhead.py
 	$(PY) benchmarks/sharded.py
 
 lint: $(STAMP)

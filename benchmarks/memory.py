@@ -127,12 +127,15 @@ def child(args) -> dict:
         original_init(self, *a, **k)
 
         def label(*chunk_args):
-            cw["calls"] = cw.get("calls", 0) + 1
-            if cw["calls"] == 1:
-                return "first chunk (compile + run)"
-            return "warm-up chunk" if int(chunk_args[4]) < burnin else "sampling chunk"
+            # warm-up and post-warm-up chunks are two programs, each compiled on first call
+            phase = "warm-up" if int(chunk_args[4]) < burnin else "sampling"
+            cw[phase] = cw.get(phase, 0) + 1
+            if cw[phase] == 1:
+                return f"first {'' if phase == 'warm-up' else 'sampling '}chunk (compile + run)"
+            return f"{phase} chunk"
 
         self._chunk = meter.wrap(self._chunk, label)
+        self._sampling_chunk = meter.wrap(self._sampling_chunk, label)
 
     driver.Sampler.__init__ = init
 

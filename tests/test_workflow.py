@@ -93,7 +93,8 @@ def quick_run(tmp_path_factory) -> Path:
 
     def scanning_run(self, *args, **kwargs):
         out = sampler_run(self, *args, **kwargs)
-        QUICK_RUN_EMBEDDED.extend(_embedded_constants(self._chunk, min_size=8**3 // 4))
+        for chunk in (self._chunk, self._sampling_chunk):  # warm-up and post-warm-up
+            QUICK_RUN_EMBEDDED.extend(_embedded_constants(chunk, min_size=8**3 // 4))
         return out
 
     with pytest.MonkeyPatch.context() as mp:

@@ -6,6 +6,16 @@ seeds and counters are passed as tensors, so nothing retraces between chunks.
 After every chunk the complete sampler state is checkpointed atomically, traces are
 appended to the store, and progress is reported from Python.
 
+Warm-up and post-warm-up chunks are two programs (chunks never straddle the end of
+warm-up). The warm-up one carries the kind's tuner (and the latent moments of
+``adapt_diagonal``) and computes no field outputs; the post-warm-up one runs the kind's
+:meth:`~fieldhmc.samplers.kinds.SamplerKind.sampling_kernel` -- the same transitions at
+the tuned parameters, without the tuner's code -- and computes each field output only
+on the transitions that feed it. One program for both phases kept each phase's work
+under conditionals, and XLA copies a loop-carried buffer that a conditional passes
+through: mclmc / mams copied their tuner's per-chain moments twice per transition
+after warm-up.
+
 Seeds: step ``t`` (counted over warm-up and sampling) uses
 ``stateless_fold_in(seed, t)``, independent of chunking, so a resumed run replays
 exactly the draws of an uninterrupted one.
@@ -404,6 +414,9 @@ class ChunkRunner(Protocol):
     chunk : callable
         ``(scales, reference, delta, seed, start, num_steps) -> (traces, field_buf,
         num_fields)``: ``num_steps`` transitions from the carried state, which it updates.
+    sampling_chunk : callable, optional
+        The same for the chunks after warm-up, if the runner has a program of its own
+        for them (:class:`XlaChunkRunner`: without the tuner); else ``chunk`` runs both.
     scales_tensors : callable
         ``(scales, dtype) -> list``: the metric as the chunk takes it.
     fresh_state : callable
@@ -432,9 +445,12 @@ class XlaChunkRunner:
         The pieces (:class:`ChunkRunner`) before compilation.
     fresh_state_fn : callable
         ``init_state -> _RunState``.
+    sampling_chunk_fn : callable, optional
+        The post-warm-up chunk (:attr:`ChunkRunner.sampling_chunk`); ``chunk_fn`` if not
+        given.
     """
 
-    def __init__(self, lp64_fn, bootstrap_fn, chunk_fn, fresh_state_fn):
+    def __init__(self, lp64_fn, bootstrap_fn, chunk_fn, fresh_state_fn, sampling_chunk_fn=None):
         # Every gradient of these is taken inside their traces: what the model's custom
         # gradients register there is dropped, so that the traced graphs -- with the
         # carried variables and the model's captured constants -- die with the sampler
@@ -443,6 +459,11 @@ class XlaChunkRunner:
         self.lp64 = compile_fn(releases_custom_gradients(lp64_fn))
         self.bootstrap = compile_fn(releases_custom_gradients(bootstrap_fn))
         self.chunk = compile_fn(releases_custom_gradients(chunk_fn))
+        self.sampling_chunk = (
+            self.chunk
+            if sampling_chunk_fn is None
+            else compile_fn(releases_custom_gradients(sampling_chunk_fn))
+        )
         self.fresh_state = fresh_state_fn
         self.carry = _Carry()
 
@@ -491,10 +512,16 @@ class Sampler:
         self.field_outputs = field_outputs
         if runner is None:
             runner = XlaChunkRunner(
-                self._lp64_impl, self._bootstrap_impl, self._chunk_impl, self._xla_fresh_state
+                self._lp64_impl,
+                self._bootstrap_impl,
+                self._chunk_impl,
+                self._xla_fresh_state,
+                self._chunk_impl_sampling,
             )
         self.runner = runner
         self._lp64, self._bootstrap, self._chunk = runner.lp64, runner.bootstrap, runner.chunk
+        # Post-warm-up chunks: the runner's program for them, if it has one.
+        self._sampling_chunk = getattr(runner, "sampling_chunk", runner.chunk)
         self._field_slots: int | None = None  # set by run() before the first trace
         self._carry = runner.carry  # loaded by run(); the chunk updates it in place
 
@@ -517,22 +544,39 @@ class Sampler:
         return slim_results(kernel.bootstrap_results(list(u_parts)))
 
     def _chunk_impl(self, scales, reference, delta, seed, start, num_steps):
-        """Run ``num_steps`` steps from the carried state; update it in place.
+        """Warm-up: ``num_steps`` transitions from the carried state, which they update in
+        place, with the kind's tuner (and the latent moments of ``adapt_diagonal``).
 
         ``delta`` (``[chains]`` float64) re-centres the carried log densities on the
         new ``reference``. Returns the per-step trace buffers, the stored-field buffer
-        and the number of fields in it.
+        and the number of fields in it (none in warm-up).
         """
+        return self._run_chunk(scales, reference, delta, seed, start, num_steps, False)
+
+    def _chunk_impl_sampling(self, scales, reference, delta, seed, start, num_steps):
+        """After warm-up: as :meth:`_chunk_impl` with the kind's
+        :meth:`~fieldhmc.samplers.kinds.SamplerKind.sampling_kernel` (no tuner) and the
+        field outputs, each computed only on the transitions that feed it."""
+        return self._run_chunk(scales, reference, delta, seed, start, num_steps, True)
+
+    def _run_chunk(self, scales, reference, delta, seed, start, num_steps, sampling: bool):
+        # Two programs, compiled apart (``sampling`` is a Python bool): warm-up carries and
+        # computes no field outputs, sampling no tuner and no latent moments. One program
+        # for both kept both under conditionals, and an XLA conditional that passes a
+        # loop-carried buffer through copies it (twice per transition: into the
+        # conditional's result and back into the loop's buffer) -- for mclmc / mams the
+        # tuner's per-chain moments, for every kind the field moments.
         s = self.settings
         carry = self._carry
         u_parts = [x / sc for x, sc in zip(carry.read("x"), scales, strict=True)]
         results = shift_target_log_prob(carry.read("results"), delta)
-        field_welford, latent_welford = carry.read("fw"), carry.read("lw")
         dtype = u_parts[0].dtype
         kernel = self._kernel(scales, reference, dtype, tf.constant(s.step_size, dtype))
+        if sampling:
+            kernel = s.sampler_kind.sampling_kernel(kernel)
         k = s.chunk_size
         chains = s.num_chains
-        fo = self.field_outputs
+        fo = self.field_outputs if sampling else None
         scalar_idx = [i for i, u in enumerate(u_parts) if u.shape.rank == 1]
 
         bufs = {
@@ -548,7 +592,7 @@ class Sampler:
         }
         for i in scalar_idx:
             bufs[self.part_names[i]] = tf.zeros([k, chains], tf.float64)
-        x_shape = None
+        carried = {}  # what else the loop carries: field outputs, or the latent moments
         if fo is not None:
             x0 = [u * sc for u, sc in zip(u_parts, scales, strict=True)]
             probe = fo.field_fn(*x0)
@@ -560,13 +604,12 @@ class Sampler:
                 bufs["tracked_real"] = tf.zeros([k, chains, ntr], tf.float64)
                 bufs["tracked_imag"] = tf.zeros([k, chains, ntr], tf.float64)
             nslots = self._field_slots or math.ceil(k / s.field_thin)
-            field_buf = (
-                tf.zeros([nslots, chains, *x_shape], dtype)
-                if fo.store_fields
-                else (tf.zeros([1], dtype))
-            )
-        else:
-            field_buf = tf.zeros([1], dtype)
+            carried["fw"] = carry.read("fw")
+            if fo.store_fields:
+                carried["field_buf"] = tf.zeros([nslots, chains, *x_shape], dtype)
+                carried["nfields"] = tf.constant(0)
+        if not sampling and s.adapt_diagonal:
+            carried["lw"] = carry.read("lw")
         num_burnin = tf.constant(s.num_burnin_steps, tf.int32)
         stats_every = field_stats_every(s)
 
@@ -576,7 +619,7 @@ class Sampler:
             start = tf.concat([[i], tf.zeros([buf.shape.rank - 1], tf.int32)], 0)
             return xla.dynamic_update_slice(buf, tf.cast(value, buf.dtype)[None], start)
 
-        def body(i, u, res, bufs, field_buf, nfields, fw, lw):
+        def body(i, u, res, bufs, carried):
             step = start + i
             step_seed = tf.random.experimental.stateless_fold_in(seed, step)
             lp_prev = s.sampler_kind.target_log_prob_of(res)
@@ -584,7 +627,7 @@ class Sampler:
             u, res = kernel.one_step(u, expand_results(res), seed=step_seed)
             st = s.sampler_kind.step_stats(res, lp_prev)
             res = slim_results(res)
-            bufs = dict(bufs)
+            bufs, carried = dict(bufs), dict(carried)
             values = {
                 "lp": tf.cast(st.target_log_prob, tf.float64) + reference,
                 "acceptance_rate": st.acceptance_rate,
@@ -596,31 +639,32 @@ class Sampler:
                 "tree_depth": st.tree_depth,
                 "energy_error": st.energy_error,
             }
-            x = [ui * sc for ui, sc in zip(u, scales, strict=True)]
+
+            def x_parts():  # the state in model coordinates, made where it is used
+                return [ui * sc for ui, sc in zip(u, scales, strict=True)]
+
             for j in scalar_idx:
-                values[self.part_names[j]] = x[j]
-            sampling = step >= num_burnin
+                values[self.part_names[j]] = u[j] * scales[j]
             if fo is not None:
                 # Each statistic only on the transitions that use it (XLA runs one branch
-                # of a tf.cond): P(k) and tracked modes on stored draws (every thin-th),
-                # the running moments every stats_every-th, the field for either or for
-                # a stored field draw (every field_thin-th).
+                # of a tf.cond; a cadence of 1 needs no conditional at all): P(k) and
+                # tracked modes on stored draws (every thin-th), the running moments every
+                # stats_every-th, the field for either or for a stored field draw (every
+                # field_thin-th).
                 after = step - num_burnin
-                is_trace = sampling & (after % s.thin == 0)
-                is_moment = sampling & (after % stats_every == 0)
-                keep = sampling & (after % s.field_thin == 0)
-                if not fo.store_fields:
-                    keep = tf.constant(False)
-                delta = tf.cond(
-                    is_trace | is_moment | keep,
-                    lambda: fo.field_fn(*x),
+                is_trace = _every(after, s.thin)
+                is_moment = _every(after, stats_every)
+                keep = _every(after, s.field_thin) if fo.store_fields else False
+                field = _cond(
+                    _any(is_trace, is_moment, keep),
+                    lambda: fo.field_fn(*x_parts()),
                     lambda: tf.zeros([chains, *x_shape], dtype),
                 )
 
                 def field_stats():
-                    out = [tf.cast(fo.power_fn(delta), tf.float64)]
+                    out = [tf.cast(fo.power_fn(field), tf.float64)]
                     if fo.tracked_fn is not None:
-                        modes = fo.tracked_fn(delta)
+                        modes = fo.tracked_fn(field)
                         out += [
                             tf.cast(tf.math.real(modes), tf.float64),
                             tf.cast(tf.math.imag(modes), tf.float64),
@@ -633,59 +677,57 @@ class Sampler:
                         out += [tf.zeros_like(bufs["tracked_real"][0])] * 2
                     return out
 
-                out = tf.cond(is_trace, field_stats, no_field_stats)
+                out = _cond(is_trace, field_stats, no_field_stats)
                 values["power"] = out[0]
                 if fo.tracked_fn is not None:
                     values["tracked_real"], values["tracked_imag"] = out[1], out[2]
-                fw = tf.cond(
-                    is_moment,
-                    lambda: _welford_update(fw, [delta]),
+                fw = carried["fw"]
+                # Under a conditional even at a cadence of 1 (a predicate XLA cannot fold):
+                # fused into the loop body, the float32 update rounded 1 ulp differently.
+                carried["fw"] = tf.cond(
+                    after >= 0 if is_moment is True else is_moment,
+                    lambda: _welford_update(fw, [field]),
                     lambda: fw,
                 )
                 if fo.store_fields:
                     # Always write slot `nfields` (the last one once all are kept: chunks
                     # never keep more than there are slots); it only advances, and only
                     # takes the new draw, when the draw is kept. No spare slot needed.
+                    field_buf, nfields = carried["field_buf"], carried["nfields"]
                     slot = tf.minimum(nfields, nslots - 1)
-                    old = xla.dynamic_slice(
-                        field_buf,
-                        tf.concat([[slot], tf.zeros([field_buf.shape.rank - 1], tf.int32)], 0),
-                        [1, *field_buf.shape[1:]],
-                    )[0]
-                    field_buf = write(field_buf, slot, tf.where(keep, delta, old))
-                    nfields = nfields + tf.cast(keep, tf.int32)
-            if s.adapt_diagonal:
-                lw = tf.cond(
-                    sampling,
-                    lambda: lw,
-                    lambda: _welford_update(lw, [tf.cast(p, tf.float64) for p in x]),
+                    if keep is True:
+                        new = field
+                    else:
+                        old = xla.dynamic_slice(
+                            field_buf,
+                            tf.concat([[slot], tf.zeros([field_buf.shape.rank - 1], tf.int32)], 0),
+                            [1, *field_buf.shape[1:]],
+                        )[0]
+                        new = tf.where(keep, field, old)
+                    carried["field_buf"] = write(field_buf, slot, new)
+                    carried["nfields"] = nfields + tf.cast(keep, tf.int32)
+            if "lw" in carried:  # warm-up with adapt_diagonal: every transition
+                carried["lw"] = _welford_update(
+                    carried["lw"], [tf.cast(p, tf.float64) for p in x_parts()]
                 )
             for name, value in values.items():
                 bufs[name] = write(bufs[name], i, value)
-            return i + 1, u, res, bufs, field_buf, nfields, fw, lw
+            return i + 1, u, res, bufs, carried
 
-        _, u_parts, results, bufs, field_buf, nfields, field_welford, latent_welford = (
-            tf.while_loop(
-                lambda i, *_: i < num_steps,
-                body,
-                (
-                    tf.constant(0),
-                    list(u_parts),
-                    results,
-                    bufs,
-                    field_buf,
-                    tf.constant(0),
-                    field_welford,
-                    latent_welford,
-                ),
-                maximum_iterations=k,
-            )
+        _, u_parts, results, bufs, carried = tf.while_loop(
+            lambda i, *_: i < num_steps,
+            body,
+            (tf.constant(0), list(u_parts), results, bufs, carried),
+            maximum_iterations=k,
         )
         carry.assign("x", [u * sc for u, sc in zip(u_parts, scales, strict=True)])
         carry.assign("results", results)
-        carry.assign("fw", field_welford)
-        carry.assign("lw", latent_welford)
-        return bufs, field_buf, nfields
+        for name in ("fw", "lw"):
+            if name in carried:
+                carry.assign(name, carried[name])
+        if "field_buf" in carried:
+            return bufs, carried["field_buf"], carried["nfields"]
+        return bufs, tf.zeros([1], dtype), tf.constant(0)
 
     # -- Python-side orchestration -----------------------------------------------------
     def _to_u(self, x, scales):
@@ -913,7 +955,9 @@ class Sampler:
             delta = tf.constant(rs.reference - new_ref)
             rs.reference = new_ref
             chunk_start = time.perf_counter()
-            bufs, field_buf, nfields = self._chunk(
+            # chunks never straddle the end of warm-up (it is a chunk bound)
+            chunk = self._sampling_chunk if rs.step >= s.num_burnin_steps else self._chunk
+            bufs, field_buf, nfields = chunk(
                 self._scale_tensors(rs),
                 tf.constant(rs.reference),
                 delta,
@@ -1014,6 +1058,28 @@ def _zero_welford(shapes: Sequence[tuple], dtype=np.float64) -> list[np.ndarray]
     for shape in shapes:
         out += [np.zeros(shape, dtype), np.zeros(shape, dtype)]
     return out
+
+
+def _every(after, n: int):
+    """``after % n == 0`` (a tensor), or Python ``True`` for ``n == 1``: no conditional."""
+    return True if n == 1 else tf.equal(after % n, 0)
+
+
+def _any(*predicates):
+    """Logical or of tensors and Python bools (a Python bool when that decides it)."""
+    if any(p is True for p in predicates):
+        return True
+    tensors = [p for p in predicates if p is not False]
+    if not tensors:
+        return False
+    return functools.reduce(tf.logical_or, tensors)
+
+
+def _cond(predicate, true_fn, false_fn):
+    """``tf.cond``, or just the branch a Python bool ``predicate`` selects."""
+    if isinstance(predicate, bool):
+        return true_fn() if predicate else false_fn()
+    return tf.cond(predicate, true_fn, false_fn)
 
 
 def _welford_update(acc, parts):

@@ -31,6 +31,7 @@ from fieldhmc.models.reduction import reduce_sum_float64, reduce_sum_squares_flo
 
 __all__ = [
     "FieldHamiltonianMonteCarlo",
+    "FrozenStepSize",
     "JitteredHamiltonianMonteCarlo",
     "StepStats",
     "dual_averaging_step_size",
@@ -329,6 +330,52 @@ class JitteredHamiltonianMonteCarlo(FieldHamiltonianMonteCarlo):
         accepted = previous_kernel_results.accepted_results._replace(num_leapfrog_steps=num_steps)
         previous_kernel_results = previous_kernel_results._replace(accepted_results=accepted)
         return super().one_step(current_state, previous_kernel_results, seed=seed)
+
+
+class FrozenStepSize(tfp.mcmc.TransitionKernel):
+    """A ``DualAveragingStepSizeAdaptation`` kernel after its adaptation, without it.
+
+    Once its ``num_adaptation_steps`` are done, TFP's wrapper still computes the
+    dual-averaging update every transition and then discards it (``tf.where`` on the
+    step count keeps ``new_step_size`` and ``log_averaging_step``), except the running
+    ``error_sum``, which nothing reads after adaptation. This kernel does what the
+    wrapper's transition then amounts to: set the inner kernel's step size to the
+    results' ``new_step_size``, step the inner kernel with the same seed, count the step.
+    Same results structure, bit-identical draws, step sizes and statistics;
+    ``error_sum`` keeps its end-of-warm-up value. The driver's post-warm-up program
+    runs it (:meth:`fieldhmc.samplers.kinds.SamplerKind.sampling_kernel`).
+
+    Parameters
+    ----------
+    adaptive_kernel : tfp.mcmc.DualAveragingStepSizeAdaptation
+        Its results (``bootstrap_results``) and inner kernel are used.
+    """
+
+    def __init__(self, adaptive_kernel):
+        self._adaptive = adaptive_kernel
+        self._parameters = {"adaptive_kernel": adaptive_kernel}
+
+    @property
+    def parameters(self):
+        return self._parameters
+
+    @property
+    def inner_kernel(self):
+        return self._adaptive.inner_kernel
+
+    @property
+    def is_calibrated(self) -> bool:
+        return self._adaptive.is_calibrated
+
+    def bootstrap_results(self, init_state):
+        return self._adaptive.bootstrap_results(init_state)
+
+    def one_step(self, current_state, previous_kernel_results, seed=None):
+        r = previous_kernel_results
+        inner = self._adaptive.step_size_setter_fn(r.inner_results, r.new_step_size)
+        kwargs = {} if seed is None else {"seed": seed}
+        state, inner = self._adaptive.inner_kernel.one_step(current_state, inner, **kwargs)
+        return state, r._replace(inner_results=inner, step=r.step + 1)
 
 
 class StepStats(NamedTuple):

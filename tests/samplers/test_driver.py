@@ -159,8 +159,9 @@ def test_z_test_detects_a_wrong_target(tmp_path):
 
 def test_no_retracing_between_chunks(runs):
     for sampler, _, _ in runs.values():
-        # Several chunks (plus window boundaries): one trace each.
+        # Several chunks (plus window boundaries): one trace of each program.
         assert sampler._chunk.experimental_get_tracing_count() == 1
+        assert sampler._sampling_chunk.experimental_get_tracing_count() == 1
 
 
 def _run_traces(tmp_path: Path, seed: int, max_chunks=None, resume=False, sampler=None):
@@ -425,7 +426,108 @@ def test_a_finished_sampler_leaves_no_traced_graph_alive(tmp_path):
     sampler = Sampler(target, settings, ["x", "h"], [SD, np.float32(2.0)])
     sampler.run(MemorySink(), tmp_path, _init(chains=2), progress=False)
     graphs = [weakref.ref(g) for i, g in func_graphs().items() if i not in before]
-    assert len(graphs) == 3
+    assert len(graphs) == 4  # lp64, bootstrap, the warm-up and the post-warm-up chunk
     del sampler
     gc.collect()
     assert [g().name for g in graphs if g() is not None] == []
+
+
+# -- the post-warm-up program ---------------------------------------------------------
+
+# One dual-averaged and one microcanonical kind by default (the cheapest to compile).
+TUNED_KINDS = [
+    "hmc",
+    "mams",
+    pytest.param("fieldnuts", marks=pytest.mark.slow),
+    pytest.param("mclmc", marks=pytest.mark.slow),
+]
+
+
+def _short_sampler(kind: str, field_outputs=None, **kw) -> Sampler:
+    settings = SamplerSettings(
+        kind=kind,
+        num_chains=2,
+        num_burnin_steps=20,
+        num_results=30,
+        num_leapfrog_steps=4,
+        max_tree_depth=4,
+        chunk_size=10,
+        **kw,
+    )
+    return Sampler(gaussian_target, settings, ["x", "h"], [SD, np.float32(2.0)], field_outputs)
+
+
+def _record_tuners(monkeypatch) -> tuple[set, list]:
+    """(chunk programs traced, the program each tuner call was traced into): the
+    dual-averaging update (TFP's per-part step) and the microcanonical stages."""
+    from tensorflow_probability.python.mcmc import dual_averaging_step_size_adaptation as da
+
+    from fieldhmc.samplers import mclmc
+
+    program, traced, tuners = [], set(), []
+
+    def counting(original):
+        def counted(self, *a, **k):
+            tuners.append(program[-1])
+            return original(self, *a, **k)
+
+        return counted
+
+    def marking(original, name):
+        def marked(self, *a):
+            program.append(name)
+            traced.add(name)
+            try:
+                return original(self, *a)
+            finally:
+                program.pop()
+
+        return marked
+
+    for cls, name in (
+        (da.DualAveragingStepSizeAdaptation, "_one_step_part"),
+        (mclmc.MicrocanonicalLangevin, "_tune"),
+        (mclmc.MetropolisAdjustedMicrocanonical, "_tune"),
+    ):
+        monkeypatch.setattr(cls, name, counting(getattr(cls, name)))
+    for name in ("_chunk_impl", "_chunk_impl_sampling"):
+        monkeypatch.setattr(Sampler, name, marking(getattr(Sampler, name), name))
+    return traced, tuners
+
+
+@pytest.mark.parametrize("kind", TUNED_KINDS)
+def test_post_warmup_chunk_has_no_tuner_and_draws_the_same(tmp_path, monkeypatch, kind):
+    """The chunks after warm-up are a program of their own, without the tuner's code
+    (traced into the warm-up chunk only), and make the same transitions: every trace,
+    the stored fields, their moments and the final state bit-identical to the kernel
+    with its (finished) tuner."""
+    from fieldhmc.samplers import kinds
+
+    outputs = FieldOutputs(
+        field_fn=lambda x, h: x, power_fn=lambda f: tf.reduce_mean(f**2, -1, keepdims=True)
+    )
+
+    def run(directory):
+        sampler = _short_sampler(kind, outputs, field_thin=3)
+        sink = MemorySink()
+        summary = sampler.run(sink, directory, _init(chains=2), progress=False)
+        return sink, summary
+
+    with monkeypatch.context() as m:
+        traced, tuners = _record_tuners(m)
+        sink, summary = run(tmp_path / "frozen")
+    assert traced == {"_chunk_impl", "_chunk_impl_sampling"}
+    assert "_chunk_impl" in tuners  # the counter sees the tuner where it is
+    assert "_chunk_impl_sampling" not in tuners
+    with monkeypatch.context() as m:
+        m.setattr(type(kinds.get(kind)), "sampling_kernel", lambda self, kernel: kernel)
+        ref_sink, ref_summary = run(tmp_path / "tuned")
+    a, b = sink.stacked_traces(), ref_sink.stacked_traces()
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    np.testing.assert_array_equal(sink.stacked_fields(), ref_sink.stacked_fields())
+    for p, q in zip(summary.latent_state, ref_summary.latent_state, strict=True):
+        np.testing.assert_array_equal(p, q)
+    np.testing.assert_array_equal(summary.field_mean, ref_summary.field_mean)
+    assert summary.tuned == ref_summary.tuned

@@ -180,6 +180,16 @@ class SamplerKind:
         """
         raise NotImplementedError
 
+    def sampling_kernel(self, kernel: Any) -> Any:
+        """The kernel of the post-warm-up program: ``kernel`` 's transitions at the
+        parameters its warm-up left in the kernel results, without its tuner.
+
+        The same results structure and the same draws; the driver compiles the chunks
+        after warm-up with it, so the tuner's code is not in that program. This default
+        keeps ``kernel`` whole (its tuner then stops by its own step count).
+        """
+        return kernel
+
     def step_stats(self, results: Any, previous_target_log_prob: Any) -> Any:
         """:class:`~fieldhmc.samplers.kernels.StepStats` of one step's kernel results."""
         raise NotImplementedError

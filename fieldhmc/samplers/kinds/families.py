@@ -19,6 +19,9 @@ class DualAveragedKind(SamplerKind):
     """``DualAveragingStepSizeAdaptation`` around the kind's :meth:`inner_kernel`."""
 
     default_target_accept_prob = 0.65
+    #: The inner kernel adapts as well (ChEES, SNAPER): the post-warm-up program keeps
+    #: the whole kernel, tuners and all.
+    inner_kernel_adapts = False
 
     def inner_kernel(
         self,
@@ -48,6 +51,15 @@ class DualAveragedKind(SamplerKind):
             num_adaptation_steps=num_adaptation_steps,
             target_accept_prob=tf.cast(self.target_accept(options), dtype),
         )
+
+    def sampling_kernel(self, kernel):
+        """:class:`~fieldhmc.samplers.kernels.FrozenStepSize` around the dual-averaging
+        kernel (unless the inner kernel adapts too)."""
+        if self.inner_kernel_adapts:
+            return kernel
+        from fieldhmc.samplers.kernels import FrozenStepSize
+
+        return FrozenStepSize(kernel)
 
     def tuned_parameters(self, results, scales) -> dict[str, Any]:
         import numpy as np
@@ -149,6 +161,11 @@ class MicrocanonicalKind(SamplerKind):
             integrator=options["integrator"],
             **extra,
         )
+
+    def sampling_kernel(self, kernel):
+        """``kernel`` with no adaptation steps: the step size and ``L`` of the results,
+        no tuning stages (their per-chain moments pass through untouched)."""
+        return kernel.copy(num_adaptation_steps=0)
 
     def step_stats(self, results, previous_target_log_prob):
         """Acceptance only for the adjusted kind (NaN otherwise), no Hamiltonian energy

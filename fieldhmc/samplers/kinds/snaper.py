@@ -22,6 +22,7 @@ class Snaper(MetropolisHmcKind):
     options = SnaperOptions
     min_chains = 2
     tunes_own_metric = True
+    inner_kernel_adapts = True
 
     def inner_kernel(self, target_log_prob_fn, options, *, step_size, num_adaptation_steps):
         import tensorflow_probability as tfp
