@@ -193,9 +193,10 @@ def sbc_realisation(job: SbcJob) -> dict:
     names += [f"power[{b}]" for b in range(power.shape[-1])]
     k_of += [float(k) for k in kbins.k]
     draws.append(power)
-    truths.append(np.asarray(field_outputs.power_fn(truth_delta), np.float64)[0])
+    spectral_truth = field_outputs.spectral_of_field(truth_delta)
+    truths.append(np.asarray(field_outputs.power_fn(spectral_truth), np.float64)[0])
     if field_outputs.tracked_fn is not None:
-        modes_truth = np.asarray(field_outputs.tracked_fn(truth_delta))[0]
+        modes_truth = np.asarray(field_outputs.tracked_fn(spectral_truth))[0]
         # Self-paired modes (Hermitian weight 1) are real: their imaginary part is 0.
         weights = np.broadcast_to(model.grid.hermitian_weights(), kbins.index.shape)
         has_imag = weights[tuple(idx.T)] == 2

@@ -431,28 +431,32 @@ def mode_names(indices: np.ndarray) -> list[str]:
     return [f"mode[{i},{j},{k}]" for i, j, k in indices]
 
 
-def _field_outputs(config: cfg.Config, model, field_fn=None):
+def _field_outputs(config: cfg.Config, model, target_fn=None):
+    """The driver's field outputs. P(k) and the tracked modes are read from the field's
+    Fourier modes made from the latents (``modes_from_latents``), not from an FFT of
+    the field: a stored draw whose field is not kept costs no transform."""
     import tensorflow as tf
 
-    from fieldhmc import models, ops
+    from fieldhmc import models
     from fieldhmc.samplers import FieldOutputs
 
     grid = model.grid
     kbins = grid.kbins()
     idx = tracked_mode_indices(grid, config.outputs.tracked_modes)
+    source = target_fn if hasattr(target_fn, "modes_from_latents") else model
 
-    def power_fn(delta):
-        return models.measure_power(delta, grid, kbins).power
+    def power_fn(modes):
+        return models.power_of_modes(modes, grid, kbins).power
 
-    def tracked_fn(delta):  # [chains, T] complex
-        modes = tf.transpose(ops.rfft3d(delta), [1, 2, 3, 0])
-        return tf.transpose(tf.gather_nd(modes, idx))
+    def tracked_fn(modes):  # [chains, T] complex
+        return tf.transpose(tf.gather_nd(tf.transpose(modes, [1, 2, 3, 0]), idx))
 
     return FieldOutputs(
-        field_fn=field_fn or model.field_from_latents,
+        field_fn=source.field_from_latents,
         power_fn=power_fn,
         tracked_fn=tracked_fn if len(idx) else None,
         store_fields=config.outputs.store_fields,
+        modes_fn=source.modes_from_latents,
     )
 
 
@@ -557,8 +561,7 @@ def build(
     target_fn = target if repinnable else model.target_log_prob_fn(data)
     # the target maps latents to fields given its (re-pinnable) data: the 'conditional'
     # parametrisation's latent is measured from a data-dependent mean
-    field_fn = getattr(target_fn, "field_from_latents", model.field_from_latents)
-    field_outputs = _field_outputs(config, model, field_fn)
+    field_outputs = _field_outputs(config, model, target_fn)
     sampler = Sampler(
         target_fn, settings, model.latent_names, _scales(config, model, data), field_outputs
     )

@@ -7,7 +7,8 @@ Layout (one concept per module):
 * :mod:`~fieldhmc.models.power` -- :class:`PowerLaw`, :class:`TurnoverPowerLaw`,
   :class:`TabulatedPower`;
 * :mod:`~fieldhmc.models.power_estimator` -- :func:`measure_power` (TF, batched),
-  :func:`measure_cross_power`, :func:`measure_power_np`;
+  :func:`measure_cross_power`, :func:`measure_power_np`, :func:`power_of_modes` (of
+  ``rfft3d`` modes);
 * :mod:`~fieldhmc.models.masks` -- :func:`make_mask`;
 * :mod:`~fieldhmc.models.field_model` -- :class:`FieldModel` (prior, parametrisation,
   the sampler interface);
@@ -70,6 +71,7 @@ from fieldhmc.models.power_estimator import (
     measure_cross_power,
     measure_power,
     measure_power_np,
+    power_of_modes,
 )
 from fieldhmc.models.priors import (
     PRIOR_KINDS,
@@ -145,6 +147,7 @@ __all__ = [
     "measure_cross_power",
     "measure_power",
     "measure_power_np",
+    "power_of_modes",
     "redshift_space_growth",
     "reduce_sum_float64",
     "wiener_filter_mean",

@@ -548,6 +548,21 @@ class FieldModel(abc.ABC):
             c = self._field_only_constants = self._constants(field_only=True)
         return self._delta(field, hp, c)  # 'conditional' raises: it needs the data
 
+    def modes_from_latents(self, *latents) -> tf.Tensor:
+        """:math:`F = \\mathrm{rfft3d}(\\delta)` of :meth:`field_from_latents`, made in
+        Fourier space without the field (no transform), ``[..., n0, n1, n2 // 2 + 1]``
+        complex in the model dtype, Hermitian on the self-paired planes.
+
+        What the sampler's per-draw P(k) and tracked modes read
+        (:class:`~fieldhmc.samplers.FieldOutputs` ``modes_fn``): the same numbers as
+        ``rfft3d(field_from_latents(...))`` up to rounding, one FFT pair cheaper.
+        """
+        field, hp = self._unpack(latents)
+        c = self.__dict__.get("_field_only_constants")
+        if c is None:
+            c = self._field_only_constants = self._constants(field_only=True)
+        return self._modes(field, hp, c, factor=math.sqrt(self.grid.num_cells))
+
     def latents_from_field(self, delta, *, data=None, **hyperparameters) -> tf.Tensor:
         """The ``"field"`` latent that maps to :math:`\\delta` (its mean-mode coordinate 0).
 
@@ -1137,6 +1152,14 @@ class PinnedTarget:
             return self.model.field_from_latents(*latents)
         field, hp = self.model._unpack(latents)
         return self.model._delta(field, hp, self._constants, self._data_constants())
+
+    def modes_from_latents(self, *latents) -> tf.Tensor:
+        """:meth:`FieldModel.modes_from_latents` given these data (batch-aware)."""
+        if not self.model.has_data_in_latent:
+            return self.model.modes_from_latents(*latents)
+        field, hp = self.model._unpack(latents)
+        factor = math.sqrt(self.model.grid.num_cells)
+        return self.model._modes(field, hp, self._constants, factor, self._data_constants())
 
 
 class RepinnableTarget(PinnedTarget):

@@ -42,6 +42,7 @@ __all__ = [
     "measure_cross_power",
     "measure_power",
     "measure_power_np",
+    "power_of_modes",
 ]
 
 
@@ -92,15 +93,51 @@ def _measure(field_a, field_b, grid: Grid, kbins: KBins | None) -> PowerSpectrum
     dtype = field_a.dtype
     fa = rfft3d(field_a)
     if field_b is None:
-        cross = tf.math.real(fa) ** 2 + tf.math.imag(fa) ** 2
-    else:
-        field_b = tf.convert_to_tensor(field_b, dtype)
-        if tuple(field_b.shape[-3:]) != grid.grid_shape:
-            raise ValueError(
-                f"field_b has shape {tuple(field_b.shape)}, expected [..., *{grid.grid_shape}]"
-            )
-        fb = rfft3d(field_b)
-        cross = tf.math.real(fa * tf.math.conj(fb))
+        return _binned_power(fa, grid, kbins)
+    field_b = tf.convert_to_tensor(field_b, dtype)
+    if tuple(field_b.shape[-3:]) != grid.grid_shape:
+        raise ValueError(
+            f"field_b has shape {tuple(field_b.shape)}, expected [..., *{grid.grid_shape}]"
+        )
+    fb = rfft3d(field_b)
+    return _binned(tf.math.real(fa * tf.math.conj(fb)), grid, kbins)
+
+
+def power_of_modes(modes, grid: Grid, kbins: KBins | None = None) -> PowerSpectrumEstimate:
+    """:func:`measure_power` of the field whose ``rfft3d`` is ``modes`` (no transform).
+
+    Parameters
+    ----------
+    modes : tf.Tensor
+        Complex ``[..., n0, n1, n2 // 2 + 1]``, :math:`F = \\mathrm{rfft3d}(\\delta)`
+        (unnormalised), Hermitian on the self-paired planes as ``rfft3d`` makes it, e.g.
+        :meth:`~fieldhmc.models.FieldModel.modes_from_latents`.
+    grid : Grid
+    kbins : KBins, optional
+
+    Returns
+    -------
+    PowerSpectrumEstimate
+        As :func:`measure_power`, ``power`` in the modes' real dtype.
+    """
+    if kbins is None:
+        kbins = grid.kbins()
+    modes = tf.convert_to_tensor(modes)
+    expected = (*grid.grid_shape[:2], grid.grid_shape[2] // 2 + 1)
+    if not modes.dtype.is_complex or tuple(modes.shape[-3:]) != expected:
+        raise ValueError(
+            f"modes must be complex [..., *{expected}], got {modes.dtype.name} {tuple(modes.shape)}"
+        )
+    return _binned_power(modes, grid, kbins)
+
+
+def _binned_power(fa, grid: Grid, kbins: KBins) -> PowerSpectrumEstimate:
+    return _binned(tf.math.real(fa) ** 2 + tf.math.imag(fa) ** 2, grid, kbins)
+
+
+def _binned(cross, grid: Grid, kbins: KBins) -> PowerSpectrumEstimate:
+    """The estimator's normalised bin averages of ``cross`` ``[..., n0, n1, m]`` (real)."""
+    dtype = cross.dtype
     weighted = cross * tf.constant(grid.hermitian_weights()[0, 0], dtype)  # [m], broadcasts
     sums = _binned_sum(weighted, kbins)
     norm = grid.volume / float(grid.num_cells) ** 2

@@ -47,6 +47,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python import xla
 
+from fieldhmc.ops import rfft3d
 from fieldhmc.ops.gradient_registry import releases_custom_gradients
 from fieldhmc.samplers import kinds
 from fieldhmc.samplers.checkpoint import load_checkpoint, save_checkpoint
@@ -152,17 +153,34 @@ class FieldOutputs:
     field_fn : callable
         ``(*x_parts) -> field [chains, n0, n1, n2]`` (real).
     power_fn : callable
-        ``field -> [chains, nbins]`` binned power spectrum of each chain's draw.
+        ``field -> [chains, nbins]`` binned power spectrum of each chain's draw
+        (``modes -> ...`` with ``modes_fn``).
     tracked_fn : callable, optional
-        ``field -> [chains, T]`` complex modes traced in full.
+        ``field -> [chains, T]`` complex modes traced in full (``modes -> ...`` with
+        ``modes_fn``).
     store_fields : bool
         Keep every ``field_thin``-th field draw.
+    modes_fn : callable, optional
+        ``(*x_parts) -> rfft3d(field) [chains, n0, n1, n2 // 2 + 1]`` made without the
+        field (e.g. :meth:`~fieldhmc.models.FieldModel.modes_from_latents`); then
+        ``power_fn`` and ``tracked_fn`` take these modes, and a draw whose field is
+        neither stored nor in the running moments costs no transform.
     """
 
     field_fn: Callable[..., tf.Tensor]
     power_fn: Callable[[tf.Tensor], tf.Tensor]
     tracked_fn: Callable[[tf.Tensor], tf.Tensor] | None = None
     store_fields: bool = True
+    modes_fn: Callable[..., tf.Tensor] | None = None
+
+    def spectral_input(self, field_fn: Callable[[], tf.Tensor], x_parts: Callable[[], list]):
+        """What ``power_fn`` and ``tracked_fn`` read: the modes, or the field (a thunk)."""
+        return self.modes_fn(*x_parts()) if self.modes_fn is not None else field_fn()
+
+    def spectral_of_field(self, field) -> tf.Tensor:
+        """What ``power_fn`` and ``tracked_fn`` read for a given field (e.g. the truth)."""
+        field = tf.convert_to_tensor(field)
+        return rfft3d(field) if self.modes_fn is not None else field
 
 
 @dataclass(frozen=True)
@@ -595,8 +613,8 @@ class Sampler:
         carried = {}  # what else the loop carries: field outputs, or the latent moments
         if fo is not None:
             x0 = [u * sc for u, sc in zip(u_parts, scales, strict=True)]
-            probe = fo.field_fn(*x0)
-            x_shape = probe.shape[1:]
+            x_shape = fo.field_fn(*x0).shape[1:]
+            probe = fo.spectral_input(lambda: fo.field_fn(*x0), lambda: x0)
             nbins = fo.power_fn(probe).shape[-1]
             bufs["power"] = tf.zeros([k, chains, nbins], tf.float64)
             if fo.tracked_fn is not None:
@@ -649,22 +667,24 @@ class Sampler:
                 # Each statistic only on the transitions that use it (XLA runs one branch
                 # of a tf.cond; a cadence of 1 needs no conditional at all): P(k) and
                 # tracked modes on stored draws (every thin-th), the running moments every
-                # stats_every-th, the field for either or for a stored field draw (every
-                # field_thin-th).
+                # stats_every-th, the field for those (unless modes_fn gives their modes
+                # directly), the moments or a stored field draw (every field_thin-th).
                 after = step - num_burnin
                 is_trace = _every(after, s.thin)
                 is_moment = _every(after, stats_every)
                 keep = _every(after, s.field_thin) if fo.store_fields else False
+                field_for_trace = is_trace if fo.modes_fn is None else False
                 field = _cond(
-                    _any(is_trace, is_moment, keep),
+                    _any(field_for_trace, is_moment, keep),
                     lambda: fo.field_fn(*x_parts()),
                     lambda: tf.zeros([chains, *x_shape], dtype),
                 )
 
                 def field_stats():
-                    out = [tf.cast(fo.power_fn(field), tf.float64)]
+                    spectral = fo.spectral_input(lambda: field, x_parts)
+                    out = [tf.cast(fo.power_fn(spectral), tf.float64)]
                     if fo.tracked_fn is not None:
-                        modes = fo.tracked_fn(field)
+                        modes = fo.tracked_fn(spectral)
                         out += [
                             tf.cast(tf.math.real(modes), tf.float64),
                             tf.cast(tf.math.imag(modes), tf.float64),

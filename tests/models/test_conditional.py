@@ -10,7 +10,7 @@ import tensorflow as tf
 from scipy import stats
 
 from fieldhmc.models import ForwardFieldModel, GaussianLikelihood, Grid
-from fieldhmc.ops import HermitianPacking
+from fieldhmc.ops import HermitianPacking, rfft3d
 from tests.models.conftest import HYPER_PRIORS, LIKELIHOODS, build_model, make_power
 
 CONDITIONAL = ("conditional", "conditional_scale")
@@ -98,6 +98,10 @@ def test_latents_round_trip_and_change_of_variables(case, parametrization):
     target = model.target_log_prob_fn(data)
     back = target.field_from_latents(hp["log_amplitude"], hp["index"], x)
     np.testing.assert_allclose(back.numpy(), delta.numpy(), atol=1e-10)
+    # the driver's P(k) and tracked modes read these, in place of rfft3d(field)
+    modes = target.modes_from_latents(hp["log_amplitude"], hp["index"], x).numpy()
+    expected = rfft3d(back).numpy()
+    np.testing.assert_allclose(modes, expected, atol=1e-12 * np.abs(expected).max())
     lp = target(hp["log_amplitude"], hp["index"], x).numpy()
     lp_nc = nc.target_log_prob_fn(data)(hp["log_amplitude"], hp["index"], draw["field"]).numpy()
     packing = HermitianPacking(model.grid.grid_shape)

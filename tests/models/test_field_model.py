@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from fieldhmc.models import PARAMETRIZATIONS
+from fieldhmc.ops import rfft3d
 from tests.models.conftest import LIKELIHOODS, build_model
 
 NUM_CHAINS = 3
@@ -263,6 +264,21 @@ def test_latents_from_field_inverts_field_from_latents(parametrization):
     )
     expected = np.where(model._is_mean_coordinate, 0.0, draw["field"].numpy())
     np.testing.assert_allclose(field.numpy(), expected, atol=1e-10)
+
+
+@pytest.mark.parametrize("parametrization", PARAMETRIZATIONS)
+@pytest.mark.parametrize("hyper", [False, True])
+def test_modes_from_latents_is_the_rfft_of_the_field(parametrization, hyper):
+    """The sampler's per-draw P(k) and tracked modes read modes_from_latents in place of
+    rfft3d(field_from_latents): the same modes, on an odd grid and an even one (with its
+    self-paired Nyquist planes), with sampled (log A, n) or not."""
+    for grid_key in ("odd", "even"):
+        model, _ = build_model(grid_key, "gaussian", parametrization, hyper)
+        _, _, latents = _draw(model)
+        expected = rfft3d(model.field_from_latents(*latents)).numpy()
+        got = model.modes_from_latents(*latents).numpy()
+        scale = np.abs(expected).max()
+        np.testing.assert_allclose(got, expected, atol=1e-12 * scale)
 
 
 def test_wrong_number_of_latents():

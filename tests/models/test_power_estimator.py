@@ -16,7 +16,9 @@ from fieldhmc.models import (
     measure_cross_power,
     measure_power,
     measure_power_np,
+    power_of_modes,
 )
+from fieldhmc.ops import rfft3d
 
 GRIDS = [Grid((8, 8, 8), 100.0), Grid((7, 6, 5), (70.0, 90.0, 55.0))]
 
@@ -55,6 +57,10 @@ def test_tf_matches_numpy_batched_and_xla(grid, dtype):
     # unbatched
     single = measure_power(tf.constant(fields[0, 0], dtype), grid).power
     np.testing.assert_allclose(single.numpy(), ref.power[0, 0], rtol=rtol)
+    # of the modes (what the sampler's per-draw P(k) reads)
+    of_modes = power_of_modes(rfft3d(tf.constant(fields, dtype)), grid).power
+    assert of_modes.dtype == dtype
+    np.testing.assert_allclose(of_modes.numpy(), ref.power, rtol=rtol)
 
 
 @pytest.mark.parametrize("grid", GRIDS, ids=["even", "odd"])
@@ -115,3 +121,7 @@ def test_bad_field_shape():
         measure_power(tf.zeros((8, 8, 9)), grid)
     with pytest.raises(ValueError, match=r"field has shape \(8, 8, 9\)"):
         measure_power_np(np.zeros((8, 8, 9)), grid)
+    with pytest.raises(ValueError, match=r"modes must be complex \[\.\.\., \*\(8, 8, 5\)\]"):
+        power_of_modes(tf.zeros((8, 8, 8), tf.complex64), grid)
+    with pytest.raises(ValueError, match="modes must be complex"):
+        power_of_modes(tf.zeros((8, 8, 5)), grid)

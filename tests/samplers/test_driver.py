@@ -316,7 +316,7 @@ def test_microcanonical_resume_is_bit_identical(tmp_path, kind):
     assert full.tuned["step_size"] != 0.1 and full.tuned["trajectory_length"] != 1.0
 
 
-def _field_sampler(**kw):
+def _field_sampler(modes_fn=None, **kw):
     """mclmc on the D-vector target with field outputs: the field is ``x`` itself."""
     settings = SamplerSettings(
         kind="mclmc",
@@ -331,6 +331,8 @@ def _field_sampler(**kw):
     outputs = FieldOutputs(
         field_fn=lambda x, h: x,
         power_fn=lambda v: tf.reduce_sum(v**2, axis=-1, keepdims=True),
+        tracked_fn=lambda v: tf.complex(v[:, :3], v[:, 3:6]),
+        modes_fn=modes_fn,
     )
     return Sampler(gaussian_target, settings, ["x", "h"], [SD, np.float32(2.0)], outputs)
 
@@ -376,6 +378,35 @@ def test_mclmc_field_moments_every_kth_transition_and_resume(tmp_path):
     for name in ("field_mean", "field_var"):
         assert getattr(full, name).tobytes() == getattr(resumed, name).tobytes(), name
     assert resumed.field_moments_draws == full.field_moments_draws
+
+
+def test_power_and_tracked_modes_read_modes_fn(tmp_path):
+    """With ``modes_fn`` the per-draw P(k) and tracked modes are computed from its output
+    (here 2x, standing for a model's Fourier modes) on every stored draw, while the field
+    draws, their moments, every other trace and the state are those of the run without
+    it (the field is made only for the moments and stored draws)."""
+
+    def run(name, sampler):
+        sink = MemorySink()
+        out = sampler.run(sink, tmp_path / name, _init(), progress=False)
+        return out, sink.stacked_traces(), sink.stacked_fields()
+
+    base, traces, fields = run("field", _field_sampler())
+    got, traces_m, fields_m = run("modes", _field_sampler(modes_fn=lambda x, h: 2.0 * x))
+    assert sorted(traces) == sorted(traces_m)
+    for name in traces:
+        if name == "power":
+            np.testing.assert_allclose(traces_m[name], 4.0 * traces[name], rtol=1e-6)
+        elif name.startswith("tracked"):
+            np.testing.assert_array_equal(traces_m[name], 2.0 * traces[name], err_msg=name)
+        else:
+            np.testing.assert_array_equal(traces_m[name], traces[name], err_msg=name)
+    assert traces["power"].shape == (37, 4, 1) and traces["tracked_real"].shape == (37, 4, 3)
+    np.testing.assert_array_equal(fields_m, fields)
+    np.testing.assert_array_equal(got.field_mean, base.field_mean)
+    np.testing.assert_array_equal(got.field_var, base.field_var)
+    for p, q in zip(got.latent_state, base.latent_state, strict=True):
+        np.testing.assert_array_equal(p, q)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
