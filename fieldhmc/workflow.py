@@ -361,7 +361,8 @@ def _settings(config: cfg.Config, num_results: int | None = None):
         num_burnin_steps=s.num_burnin_steps,
         num_results=num_results or s.num_results,
         step_size=s.step_size,
-        adapt_diagonal=s.preconditioner == "diagonal",
+        adapt_diagonal=s.preconditioner in ("diagonal", "dense_params"),
+        adapt_dense_params=s.preconditioner == "dense_params",
         chunk_size=s.chunk_size,
         thin=s.thin,
         field_thin=config.outputs.field_thin,
@@ -400,7 +401,7 @@ def _scales(config: cfg.Config, model, data) -> list[np.ndarray]:
             scales.append(np.ones(model.grid.grid_shape, dtype))
         elif kind == "posterior":
             scales.append((1.0 / np.sqrt(model.posterior_precision_diag(data))).astype(dtype))
-        else:  # prior, and the starting point of diagonal adaptation
+        else:  # prior, and the starting point of diagonal / dense_params adaptation
             scales.append((1.0 / np.sqrt(model.prior_precision_diag())).astype(dtype))
     return scales
 
