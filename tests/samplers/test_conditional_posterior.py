@@ -175,21 +175,33 @@ def joint_zscores(hypers, fields, ref):
 
 
 # (kind, chains, warm-up, draws): ChEES adapts its trajectory from cross-chain
-# statistics; with 4 chains it stayed at short trajectories (field ESS ~5 in 1600 draws)
+# statistics; with 4 chains it stayed at short trajectories (field ESS ~5 in 1600 draws).
+# "<kind>+dense_params": the kind with the windowed metric, dense for (log A, n);
+# fieldnuts with it only in the slow test (its default-run fixture cost ~40 s).
 RUNS = {
     "hmc": (4, 200, 300),
+    "hmc+dense_params": (4, 200, 300),
     "fieldnuts": (4, 150, 200),
     "chees": (16, 200, 100),
     "mams": (4, 200, 300),
 }
+SLOW_RUNS = {**RUNS, "fieldnuts+dense_params": (4, 150, 200)}
+RUN_OPTIONS = {"dense_params": {"adapt_diagonal": True, "adapt_dense_params": True}}
+
+
+def run_options(name):
+    """``(kind, driver settings)`` of a :data:`RUNS` key."""
+    kind, _, metric = name.partition("+")
+    return kind, RUN_OPTIONS.get(metric, {})
 
 
 @pytest.fixture(scope="module", params=list(RUNS))
 def run(request, problem):
     model, data, ref = problem
     chains, burnin, results = RUNS[request.param]
+    kind, options = run_options(request.param)
     hypers, fields, summary = sample_joint(
-        model, data, request.param, results, chains, num_burnin_steps=burnin
+        model, data, kind, results, chains, num_burnin_steps=burnin, **options
     )
     return request.param, hypers, fields, summary, ref
 
@@ -252,12 +264,13 @@ def test_the_joint_z_test_has_power(problem):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", list(RUNS))
+@pytest.mark.parametrize("kind", list(SLOW_RUNS))
 def test_longer_runs_match_the_exact_posterior(problem, kind):
     """Four times the draws (smaller MCSE, so a smaller bias would show)."""
     model, data, ref = problem
-    chains, burnin, results = RUNS[kind]
-    hypers, fields, _ = sample_joint(model, data, kind, 4 * results, chains, seed=23)
+    chains, burnin, results = SLOW_RUNS[kind]
+    name, options = run_options(kind)
+    hypers, fields, _ = sample_joint(model, data, name, 4 * results, chains, seed=23, **options)
     z_theta, z_field = joint_zscores(hypers, fields, ref)
     assert np.all(np.abs(z_theta) < 4.0), f"{kind}: theta z-scores {np.round(z_theta, 2)}"
     ok, msg = _looks_standard_normal(z_field)

@@ -151,6 +151,7 @@ def dense_run(tmp_path_factory):
     return sampler, sink.stacked_traces(), summary
 
 
+@pytest.mark.slow
 def test_dense_block_samples_the_correlated_target(dense_run):
     """Draws of (a, b, c) whitened by the exact covariance, y = C^{-1/2}(theta - mu): the
     means, variances and cross-moments of y (independent under the target, so their
@@ -166,6 +167,7 @@ def test_dense_block_samples_the_correlated_target(dense_run):
     _assert_standard_normal(np.concatenate([z, z_cross]))
 
 
+@pytest.mark.slow
 def test_dense_factor_recovers_the_correlation(dense_run):
     """The last window's factor: L L^T within 0.1 of the target's correlation, and the
     block's scales within 30% of its widths."""
@@ -177,8 +179,11 @@ def test_dense_factor_recovers_the_correlation(dense_run):
 
 
 # -- resume ---------------------------------------------------------------------------------
-def _run(tmp_path: Path, max_chunks=None, resume=False):
-    sampler = _sampler(seed=9, num_burnin_steps=120, num_results=80, chunk_size=40)
+def _resume_sampler():
+    return _sampler(seed=9, num_burnin_steps=120, num_results=40, chunk_size=40)
+
+
+def _run(sampler, tmp_path: Path, max_chunks=None, resume=False):
     sink = H5TraceSink(tmp_path / "traces.h5")
     init = None if resume else _init()
     return sampler.run(
@@ -186,18 +191,30 @@ def _run(tmp_path: Path, max_chunks=None, resume=False):
     )
 
 
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """The uninterrupted run, its sampler (which then runs the killed runs: a sampler runs
+    many times without retracing) and a second sampler that resumes them, as a new process
+    would."""
+    path = tmp_path_factory.mktemp("full")
+    sampler = _resume_sampler()
+    return path, _run(sampler, path), sampler, _resume_sampler()
+
+
 @pytest.mark.parametrize("max_chunks", [3, 5], ids=["inside_window", "after_window"])
-def test_resume_inside_and_after_a_window_is_bit_identical(tmp_path, max_chunks):
+def test_resume_inside_and_after_a_window_is_bit_identical(full_run, tmp_path, max_chunks):
     """Chunks [0, 18), [18, 40), [40, 80), [80, 108), [108, 120), ...: killed at step 80
-    (inside the only window, 18-108) or at 120 (after its dense update), resumed by a new
-    sampler: the same bytes, and the same dense factor."""
-    full = _run(tmp_path / "full")
-    partial = _run(tmp_path / "killed", max_chunks=max_chunks)
+    (inside the only window, 18-108) or at 120 (after its dense update), resumed by
+    another sampler: the same bytes, and the same dense factor. The checkpoint holds 11
+    windowed-moment arrays (lw0..lw10; a resume read them in string order, lw10 before
+    lw2, and failed for any model of >= 5 parts inside a window, diagonal included)."""
+    full_path, full, sampler, resumer = full_run
+    partial = _run(sampler, tmp_path, max_chunks=max_chunks)
     assert not partial.complete
-    resumed = _run(tmp_path / "killed", resume=True)
+    resumed = _run(resumer, tmp_path, resume=True)
     assert resumed.complete
-    t_full = read_traces(tmp_path / "full" / "traces.h5")
-    t_res = read_traces(tmp_path / "killed" / "traces.h5")
+    t_full = read_traces(full_path / "traces.h5")
+    t_res = read_traces(tmp_path / "traces.h5")
     assert t_full.keys() == t_res.keys()
     for name in t_full:
         assert t_full[name].tobytes() == t_res[name].tobytes(), name
@@ -207,15 +224,15 @@ def test_resume_inside_and_after_a_window_is_bit_identical(tmp_path, max_chunks)
     assert not np.allclose(full.dense_factor, np.eye(3))  # the window did update it
 
 
-def test_resume_refuses_a_checkpoint_of_the_other_metric(tmp_path):
-    _run(tmp_path, max_chunks=1)
+def test_resume_refuses_a_checkpoint_of_the_other_metric(full_run):
+    full_path = full_run[0]
     diagonal = Sampler(
         correlated_target,
         SamplerSettings(
-            kind="hmc", num_burnin_steps=120, num_results=80, chunk_size=40, adapt_diagonal=True
+            kind="hmc", num_burnin_steps=120, num_results=40, chunk_size=40, adapt_diagonal=True
         ),
         NAMES,
         [np.ones(V_SD.size, np.float32), *[np.float32(1.0)] * 3],
     )
     with pytest.raises(ValueError, match="holds a dense metric"):
-        diagonal.run(MemorySink(), tmp_path / "checkpoint", resume=True, progress=False)
+        diagonal.run(MemorySink(), full_path / "checkpoint", resume=True, progress=False)
