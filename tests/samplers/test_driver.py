@@ -532,34 +532,3 @@ def test_post_warmup_chunk_has_no_tuner_and_draws_the_same(tmp_path, monkeypatch
     np.testing.assert_array_equal(summary.field_mean, ref_summary.field_mean)
     assert summary.tuned == ref_summary.tuned
 
-
-def test_diagonal_resume_inside_a_window_with_many_parts(tmp_path):
-    """Five parts: 11 windowed-moment arrays (lw0..lw10) in the checkpoint, which a resume
-    read back in string order (lw10 before lw2) and failed on; now the same bytes."""
-
-    def target(v, *scalars):
-        lp = gaussian_target(v, scalars[0])
-        return lp - 0.5 * sum(tf.cast(s, tf.float64) ** 2 for s in scalars[1:])
-
-    def make():
-        settings = SamplerSettings(
-            kind="hmc",
-            seed=8,
-            adapt_diagonal=True,
-            num_burnin_steps=120,
-            num_results=40,
-            chunk_size=40,
-            num_leapfrog_steps=6,
-        )
-        return Sampler(target, settings, ["x", "h", "a", "b", "c"], [SD, *[np.float32(1)] * 4])
-
-    init = [*_init(), *[np.zeros(4, np.float32)] * 3]
-    runs = {}
-    for name, max_chunks in (("full", None), ("killed", 3)):  # 3 chunks: inside the window
-        sink = H5TraceSink(tmp_path / name / "traces.h5")
-        runs[name] = make().run(
-            sink, tmp_path / name / "checkpoint", init, progress=False, max_chunks=max_chunks
-        )
-    sink = H5TraceSink(tmp_path / "killed" / "traces.h5")
-    resumed = make().run(sink, tmp_path / "killed" / "checkpoint", resume=True, progress=False)
-    _assert_bit_identical(tmp_path, runs["full"], resumed)
