@@ -531,4 +531,3 @@ def test_post_warmup_chunk_has_no_tuner_and_draws_the_same(tmp_path, monkeypatch
         np.testing.assert_array_equal(p, q)
     np.testing.assert_array_equal(summary.field_mean, ref_summary.field_mean)
     assert summary.tuned == ref_summary.tuned
-
