@@ -639,8 +639,18 @@ def export(run: io.RunDirectory, config: cfg.Config, built: Built, result) -> No
     attrs = {f"{k}_version": v for k, v in _versions().items()}
     attrs["sampler"] = config.sampler.kind
     attrs["gradient_evaluations"] = str(result.gradient_evaluations)
+    tuning_extra = {}
+    if result.dense_factor is not None:  # dense_params: the last window's block metric
+        block = [i for i, sc in enumerate(result.scales) if np.ndim(sc) == 0]
+        factor = np.asarray(result.dense_factor)
+        tuning_extra["dense_params"] = {
+            "names": [model.latent_names[i] for i in block],
+            "scales": [float(result.scales[i]) for i in block],
+            "correlation": (factor @ factor.T).round(6).tolist(),
+        }
     attrs["tuning"] = json.dumps(
         {
+            **tuning_extra,
             "tuned": result.tuned,
             "warmup_gradient_evaluations": result.warmup_gradient_evaluations,
             # fields.h5 mean / var average every k-th post-warm-up transition (mclmc: k > 1)
