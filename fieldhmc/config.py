@@ -1148,15 +1148,20 @@ class _SamplerCommon(BaseModel):
         "mclmc/mams in units of sqrt(d) (the whitened state moves by step_size*sqrt(d) "
         "per step, as in HMC).",
     )
-    preconditioner: Literal["identity", "diagonal", "prior", "posterior"] | None = Field(
-        None,
-        description="Mass matrix: identity; diagonal (adapted); prior (prior covariance of "
-        "the modes); posterior (Gaussian-approximation posterior covariance of the modes). "
-        "Default (null): prior when the likelihood has a mask (masked_gaussian, or "
-        "lognormal_poisson with a mask: the posterior metric spreads the mean noise "
-        "precision over the masked voxels too, see benchmarks/README.md) or "
-        "hyperparameters are sampled; posterior otherwise (exact for gaussian with scalar "
-        "sigma); identity with a distribution section.",
+    preconditioner: Literal["identity", "diagonal", "dense_params", "prior", "posterior"] | None = (
+        Field(
+            None,
+            description="Mass matrix: identity; diagonal (adapted in warm-up windows); "
+            "dense_params (as diagonal for the field, and a dense covariance of the sampled "
+            "scalar parameters adapted in the same windows; needs >= 2 sampled parameters, "
+            "not with mclmc/mams/chees/snaper nor on a mesh); prior (prior covariance of "
+            "the modes); posterior (Gaussian-approximation posterior covariance of the modes). "
+            "Default (null): prior when the likelihood has a mask (masked_gaussian, or "
+            "lognormal_poisson with a mask: the posterior metric spreads the mean noise "
+            "precision over the masked voxels too, see benchmarks/README.md) or "
+            "hyperparameters are sampled; posterior otherwise (exact for gaussian with scalar "
+            "sigma); identity with a distribution section.",
+        )
     )
     init: Literal["prior", "zeros", "wiener"] = Field(
         "prior",
@@ -1369,6 +1374,14 @@ class Config(BaseModel):
         likelihood = self.model.likelihood
         if self.sampler.preconditioner is None:
             _set_resolved(self.sampler, preconditioner=default_preconditioner(self))
+        if self.sampler.preconditioner == "dense_params":
+            num = len(self.model.sampled_parameter_names)
+            if num < 2:
+                raise _field_error(
+                    "sampler.preconditioner",
+                    f"dense_params adapts a dense metric of the sampled scalar parameters: "
+                    f"needs >= 2 of them (got {num}); use diagonal",
+                )
         mask = likelihood.mask
         try:  # NumPy only, before TensorFlow; the workflow reads them with the same rules
             datafiles.check_inputs(

@@ -361,7 +361,8 @@ def _settings(config: cfg.Config, num_results: int | None = None):
         num_burnin_steps=s.num_burnin_steps,
         num_results=num_results or s.num_results,
         step_size=s.step_size,
-        adapt_diagonal=s.preconditioner == "diagonal",
+        adapt_diagonal=s.preconditioner in ("diagonal", "dense_params"),
+        adapt_dense_params=s.preconditioner == "dense_params",
         chunk_size=s.chunk_size,
         thin=s.thin,
         field_thin=config.outputs.field_thin,
@@ -400,7 +401,7 @@ def _scales(config: cfg.Config, model, data) -> list[np.ndarray]:
             scales.append(np.ones(model.grid.grid_shape, dtype))
         elif kind == "posterior":
             scales.append((1.0 / np.sqrt(model.posterior_precision_diag(data))).astype(dtype))
-        else:  # prior, and the starting point of diagonal adaptation
+        else:  # prior, and the starting point of diagonal / dense_params adaptation
             scales.append((1.0 / np.sqrt(model.prior_precision_diag())).astype(dtype))
     return scales
 
@@ -641,8 +642,18 @@ def export(run: io.RunDirectory, config: cfg.Config, built: Built, result) -> No
     attrs = {f"{k}_version": v for k, v in _versions().items()}
     attrs["sampler"] = config.sampler.kind
     attrs["gradient_evaluations"] = str(result.gradient_evaluations)
+    tuning_extra = {}
+    if result.dense_factor is not None:  # dense_params: the last window's block metric
+        block = [i for i, sc in enumerate(result.scales) if np.ndim(sc) == 0]
+        factor = np.asarray(result.dense_factor)
+        tuning_extra["dense_params"] = {
+            "names": [model.latent_names[i] for i in block],
+            "scales": [float(result.scales[i]) for i in block],
+            "correlation": (factor @ factor.T).round(6).tolist(),
+        }
     attrs["tuning"] = json.dumps(
         {
+            **tuning_extra,
             "tuned": result.tuned,
             "warmup_gradient_evaluations": result.warmup_gradient_evaluations,
             # fields.h5 mean / var average every k-th post-warm-up transition (mclmc: k > 1)

@@ -28,7 +28,9 @@ Metric: the kernels run on whitened coordinates ``u = x / scale``. ``scale`` is
 fixed (identity, prior or posterior Fourier-diagonal) or adapted Stan-style in
 windows during warm-up (``adapt_diagonal``): variance estimates over doubling
 windows, regularised toward 1e-3, with the step-size adaptation restarted after
-each update.
+each update. With ``adapt_dense_params`` the scalar parts (``[chains]``: the sampled
+parameters) also get a dense covariance from the same windows, applied through its
+Cholesky factor (:mod:`fieldhmc.samplers.dense_metric`).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from tensorflow.compiler.tf2xla.python import xla
 
 from fieldhmc.ops import rfft3d
 from fieldhmc.ops.gradient_registry import releases_custom_gradients
-from fieldhmc.samplers import kinds
+from fieldhmc.samplers import dense_metric, kinds
 from fieldhmc.samplers.checkpoint import load_checkpoint, save_checkpoint
 from fieldhmc.samplers.kernels import (
     expand_results,
@@ -110,6 +112,7 @@ class SamplerSettings:
     desired_energy_var: float = 5e-4  # mclmc: bias tolerance Var[dE]/d
     integrator: str = "minimal_norm"  # mclmc / mams
     adapt_diagonal: bool = False
+    adapt_dense_params: bool = False  # with adapt_diagonal: a dense block for the scalars
     chunk_size: int = 50
     thin: int = 1
     field_thin: int = 10
@@ -124,6 +127,10 @@ class SamplerSettings:
             raise ValueError(f"num_burnin_steps must be >= 0, got {self.num_burnin_steps}")
         if self.stats_every < 0:
             raise ValueError(f"stats_every must be >= 0 (0: automatic), got {self.stats_every}")
+        if self.adapt_dense_params and not self.adapt_diagonal:
+            raise ValueError(
+                "adapt_dense_params refines the windowed metric: set adapt_diagonal too"
+            )
         self.sampler_kind.check(self)  # ValueError (OptionError) naming the setting
         for name in ("trajectory_length", "desired_energy_var"):
             if not getattr(self, name) > 0:
@@ -204,6 +211,9 @@ class RunResult:
         Draws written to the sink (per chain).
     scales : list of ndarray
         Final metric scales per part.
+    dense_factor : ndarray or None
+        With ``adapt_dense_params``: the final lower Cholesky factor ``[p, p]`` (float64)
+        of the scalar parts' metric correlation (:mod:`~fieldhmc.samplers.dense_metric`).
     field_mean, field_var : ndarray or None
         Running field moments (the field's dtype), averaging every
         ``field_moments_every``-th post-warm-up transition: ``field_moments_draws``
@@ -228,6 +238,7 @@ class RunResult:
     field_moments_every: int
     field_moments_draws: int
     tuned: dict
+    dense_factor: np.ndarray | None = None
 
 
 class TraceSink(Protocol):
@@ -336,6 +347,8 @@ class _RunState:
     warmup_gradient_evaluations: int = 0
     sampling_seconds: float = 0.0  # this process only (not checkpointed)
     sampling_gradients: int = 0
+    # adapt_dense_params: the scalar block's Cholesky factor [p, p] (float64)
+    dense_factor: np.ndarray | None = None
     # ``scales`` as the chunk's tensors, made once per metric (see Sampler._scale_tensors)
     scale_tensors: list | None = None
 
@@ -537,17 +550,71 @@ class Sampler:
                 self._chunk_impl_sampling,
             )
         self.runner = runner
+        # adapt_dense_params: the scalar parts (scale of shape (): a [chains] part) form
+        # the dense block
+        self._dense_idx: tuple[int, ...] = ()
+        if settings.adapt_dense_params:
+            if not isinstance(runner, XlaChunkRunner):
+                raise ValueError(
+                    "adapt_dense_params runs on one device (the mesh runner applies "
+                    "per-element scales only)"
+                )
+            self._dense_idx = tuple(i for i, sc in enumerate(self.initial_scales) if sc.ndim == 0)
+            if len(self._dense_idx) < 2:
+                raise ValueError(
+                    "adapt_dense_params needs >= 2 scalar parts (sampled parameters), got "
+                    f"{len(self._dense_idx)}"
+                )
         self._lp64, self._bootstrap, self._chunk = runner.lp64, runner.bootstrap, runner.chunk
         # Post-warm-up chunks: the runner's program for them, if it has one.
         self._sampling_chunk = getattr(runner, "sampling_chunk", runner.chunk)
         self._field_slots: int | None = None  # set by run() before the first trace
         self._carry = runner.carry  # loaded by run(); the chunk updates it in place
 
+    # -- the metric ------------------------------------------------------------------
+    def _split_metric(self, metric):
+        """``(per-part scales, dense factor or None)`` of the chunk's metric list."""
+        if self._dense_idx:
+            return list(metric[:-1]), metric[-1]
+        return list(metric), None
+
+    def _to_x_fn(self, metric):
+        """``u_parts -> x_parts`` of a metric (tensors): ``x = scale * u``, the block
+        mixed by its factor first."""
+        scales, factor = self._split_metric(metric)
+
+        def to_x(u_parts):
+            if factor is not None:
+                u_parts = dense_metric.mix(u_parts, factor, self._dense_idx)
+            return [u * sc for u, sc in zip(u_parts, scales, strict=True)]
+
+        return to_x
+
+    def _to_u_fn(self, metric):
+        """The inverse of :meth:`_to_x_fn`."""
+        scales, factor = self._split_metric(metric)
+
+        def to_u(x_parts):
+            w = [x / sc for x, sc in zip(x_parts, scales, strict=True)]
+            if factor is not None:
+                w = dense_metric.unmix(w, factor, self._dense_idx)
+            return w
+
+        return to_u
+
     # -- compiled pieces -------------------------------------------------------------
-    def _kernel(self, scales, reference, dtype, step_size):
+    def _kernel(self, metric, reference, dtype, step_size):
         s = self.settings
+        scales, factor = self._split_metric(metric)
+        target = whiten(self.target_log_prob_fn, scales, reference, dtype)
+        if factor is not None:
+            whitened, idx = target, self._dense_idx
+
+            def target(*u_parts):
+                return whitened(*dense_metric.mix(u_parts, factor, idx))
+
         return s.sampler_kind.build_kernel(
-            whiten(self.target_log_prob_fn, scales, reference, dtype),
+            target,
             s.kind_options,
             step_size=step_size,
             num_adaptation_steps=s.num_burnin_steps,
@@ -586,7 +653,8 @@ class Sampler:
         # tuner's per-chain moments, for every kind the field moments.
         s = self.settings
         carry = self._carry
-        u_parts = [x / sc for x, sc in zip(carry.read("x"), scales, strict=True)]
+        to_x = self._to_x_fn(scales)
+        u_parts = self._to_u_fn(scales)(carry.read("x"))
         results = shift_target_log_prob(carry.read("results"), delta)
         dtype = u_parts[0].dtype
         kernel = self._kernel(scales, reference, dtype, tf.constant(s.step_size, dtype))
@@ -612,7 +680,7 @@ class Sampler:
             bufs[self.part_names[i]] = tf.zeros([k, chains], tf.float64)
         carried = {}  # what else the loop carries: field outputs, or the latent moments
         if fo is not None:
-            x0 = [u * sc for u, sc in zip(u_parts, scales, strict=True)]
+            x0 = to_x(u_parts)
             x_shape = fo.field_fn(*x0).shape[1:]
             probe = fo.spectral_input(lambda: fo.field_fn(*x0), lambda: x0)
             nbins = fo.power_fn(probe).shape[-1]
@@ -628,6 +696,7 @@ class Sampler:
                 carried["nfields"] = tf.constant(0)
         if not sampling and s.adapt_diagonal:
             carried["lw"] = carry.read("lw")
+        dense_idx = self._dense_idx
         num_burnin = tf.constant(s.num_burnin_steps, tf.int32)
         stats_every = field_stats_every(s)
 
@@ -659,10 +728,15 @@ class Sampler:
             }
 
             def x_parts():  # the state in model coordinates, made where it is used
-                return [ui * sc for ui, sc in zip(u, scales, strict=True)]
+                return to_x(u)
 
-            for j in scalar_idx:
-                values[self.part_names[j]] = u[j] * scales[j]
+            if dense_idx:
+                x_now = to_x(u)
+                for j in scalar_idx:
+                    values[self.part_names[j]] = x_now[j]
+            else:
+                for j in scalar_idx:
+                    values[self.part_names[j]] = u[j] * scales[j]
             if fo is not None:
                 # Each statistic only on the transitions that use it (XLA runs one branch
                 # of a tf.cond; a cadence of 1 needs no conditional at all): P(k) and
@@ -727,9 +801,14 @@ class Sampler:
                     carried["field_buf"] = write(field_buf, slot, new)
                     carried["nfields"] = nfields + tf.cast(keep, tf.int32)
             if "lw" in carried:  # warm-up with adapt_diagonal: every transition
-                carried["lw"] = _welford_update(
-                    carried["lw"], [tf.cast(p, tf.float64) for p in x_parts()]
-                )
+                x64 = [tf.cast(p, tf.float64) for p in x_parts()]
+                lw = carried["lw"]
+                if dense_idx:  # the block's mean and co-moment close the list
+                    block = tf.stack([x64[j] for j in dense_idx], axis=-1)
+                    moments = dense_metric.welford_block_update(lw[0], lw[-2], lw[-1], block)
+                    carried["lw"] = [*_welford_update(lw[:-2], x64), *moments]
+                else:
+                    carried["lw"] = _welford_update(lw, x64)
             for name, value in values.items():
                 bufs[name] = write(bufs[name], i, value)
             return i + 1, u, res, bufs, carried
@@ -740,7 +819,7 @@ class Sampler:
             (tf.constant(0), list(u_parts), results, bufs, carried),
             maximum_iterations=k,
         )
-        carry.assign("x", [u * sc for u, sc in zip(u_parts, scales, strict=True)])
+        carry.assign("x", to_x(u_parts))
         carry.assign("results", results)
         for name in ("fw", "lw"):
             if name in carried:
@@ -750,17 +829,25 @@ class Sampler:
         return bufs, tf.zeros([1], dtype), tf.constant(0)
 
     # -- Python-side orchestration -----------------------------------------------------
-    def _to_u(self, x, scales):
-        return [tf.constant(xi / si, dtype=xi.dtype) for xi, si in zip(x, scales, strict=True)]
+    def _to_u(self, x, scales, factor=None):
+        u = [np.asarray(xi / si, dtype=xi.dtype) for xi, si in zip(x, scales, strict=True)]
+        if self._dense_idx:
+            u = dense_metric.unmix_numpy(u, factor, self._dense_idx)
+        return [tf.constant(ui) for ui in u]
 
-    def _scales_tensors(self, scales, dtype):
-        return self.runner.scales_tensors(scales, dtype)
+    def _scales_tensors(self, scales, dtype, factor=None):
+        """The metric as the chunk takes it: the runner's per-part scales, and the dense
+        block's factor (float64) last with ``adapt_dense_params``."""
+        out = self.runner.scales_tensors(scales, dtype)
+        if self._dense_idx:
+            out = [*out, tf.constant(factor, tf.float64)]
+        return out
 
     def _scale_tensors(self, rs: _RunState) -> list:
         """``rs.scales`` as tensors, made once per metric and kept in ``rs``: made per
         chunk call, a field-sized metric existed once more during every chunk."""
         if rs.scale_tensors is None:
-            rs.scale_tensors = self._scales_tensors(rs.scales, self._carry.dtype)
+            rs.scale_tensors = self._scales_tensors(rs.scales, self._carry.dtype, rs.dense_factor)
         return rs.scale_tensors
 
     def _fresh_state(self, init_state: Iterable[np.ndarray]) -> _RunState:
@@ -784,21 +871,27 @@ class Sampler:
         reference = self._lp64([tf.constant(p) for p in x]).numpy()
         if not np.all(np.isfinite(reference)):
             raise ValueError("the log density is not finite at the initial state")
+        # the dense block starts as the diagonal metric: L = I
+        factor = np.eye(len(self._dense_idx)) if self._dense_idx else None
         results = self._bootstrap(
-            self._to_u(x, scales),
-            self._scales_tensors(scales, dtype),
+            self._to_u(x, scales, factor),
+            self._scales_tensors(scales, dtype, factor),
             tf.constant(reference),
             tf.constant(self.settings.step_size, dtype),
         )
         self._carry.load(
             x=x, results=results, fw=self._zero_welford_field(x), lw=self._zero_welford_latent(x)
         )
-        return _RunState(step=0, scales=scales, reference=reference)
+        return _RunState(step=0, scales=scales, reference=reference, dense_factor=factor)
 
     def _zero_welford_latent(self, x):
         # Windowed variances of the latent state feed adapt_diagonal only: without it
-        # the chunk carries the count alone, not 2 float64 copies of the state.
-        return _zero_welford([p.shape[1:] for p in x] if self.settings.adapt_diagonal else [])
+        # the chunk carries the count alone, not 2 float64 copies of the state. With
+        # adapt_dense_params the scalar block's mean and co-moment close the list.
+        out = _zero_welford([p.shape[1:] for p in x] if self.settings.adapt_diagonal else [])
+        if self._dense_idx:
+            out += dense_metric.zero_block_moments(len(self._dense_idx))
+        return out
 
     def _zero_welford_field(self, x):
         # The field's running moments in the field's dtype: float32 for float32 models
@@ -820,6 +913,8 @@ class Sampler:
         arrays.update({f"fw{i}": np.asarray(t) for i, t in enumerate(carry.numpy("fw"))})
         arrays.update({f"lw{i}": np.asarray(t) for i, t in enumerate(carry.numpy("lw"))})
         arrays["reference"] = rs.reference
+        if rs.dense_factor is not None:
+            arrays["dense_factor"] = rs.dense_factor
         meta = {
             "layout": CHECKPOINT_LAYOUT,
             "step": rs.step,
@@ -845,17 +940,30 @@ class Sampler:
         n = meta["num_parts"]
         x = [arrays[f"x{i}"] for i in range(n)]
         scales = [arrays[f"scale{i}"] for i in range(n)]
+        factor = None
+        if self._dense_idx:
+            if "dense_factor" not in arrays:
+                raise ValueError(
+                    f"checkpoint {directory} has no dense metric: it was written without "
+                    "adapt_dense_params (sampler.preconditioner: dense_params); resume it "
+                    "with the preconditioner it was started with"
+                )
+            factor = arrays["dense_factor"]
+        elif "dense_factor" in arrays:
+            raise ValueError(
+                f"checkpoint {directory} holds a dense metric (adapt_dense_params): resume "
+                "it with sampler.preconditioner: dense_params"
+            )
         dtype = tf.as_dtype(x[0].dtype)
         template = self._bootstrap(
-            self._to_u(x, scales),
-            self._scales_tensors(scales, dtype),
+            self._to_u(x, scales, factor),
+            self._scales_tensors(scales, dtype, factor),
             tf.constant(arrays["reference"]),
             tf.constant(self.settings.step_size, dtype),
         )
         flat = [tf.constant(arrays[f"results{i}"]) for i in range(meta["num_results_flat"])]
         results = tf.nest.pack_sequence_as(template, flat, expand_composites=True)
-        fw = [arrays[k] for k in sorted(a for a in arrays if a.startswith("fw"))]
-        lw = [arrays[k] for k in sorted(a for a in arrays if a.startswith("lw"))]
+        fw, lw = _numbered(arrays, "fw"), _numbered(arrays, "lw")
         self._carry.load(x=x, results=results, fw=fw, lw=lw)
         return _RunState(
             step=meta["step"],
@@ -865,6 +973,7 @@ class Sampler:
             num_fields_written=meta["num_fields_written"],
             gradient_evaluations=meta["gradient_evaluations"],
             warmup_gradient_evaluations=meta.get("warmup_gradient_evaluations", 0),
+            dense_factor=factor,
         )
 
     def _update_metric(self, rs: _RunState) -> None:
@@ -876,12 +985,18 @@ class Sampler:
         if restart is not None:
             restart(rs, new_scales)
             return
+        factor = None
+        if self._dense_idx:  # the block's scales and correlation factor from its co-moment
+            block_scales, factor = dense_metric.dense_window_estimate(float(lw[0]), lw[-1])
+            for j, i in enumerate(self._dense_idx):
+                new_scales[i] = np.asarray(block_scales[j], x[i].dtype)
+            rs.dense_factor = factor
         dtype = tf.as_dtype(x[0].dtype)
         step_size = np.asarray(self._carry.numpy("results").new_step_size)
         rs.scales, rs.scale_tensors = new_scales, None
         results = self._bootstrap(
-            self._to_u(x, new_scales),
-            self._scales_tensors(new_scales, dtype),
+            self._to_u(x, new_scales, factor),
+            self._scales_tensors(new_scales, dtype, factor),
             tf.constant(rs.reference),
             tf.constant(step_size, dtype),
         )
@@ -1050,6 +1165,7 @@ class Sampler:
             "tuned": self.settings.sampler_kind.tuned_parameters(
                 self._carry.numpy("results"), rs.scales
             ),
+            "dense_factor": rs.dense_factor,
         }
 
 
@@ -1063,6 +1179,14 @@ def windowed_scales(x: Sequence[np.ndarray], lw: Sequence[np.ndarray]) -> list[n
         var = (count / (count + 5.0)) * var + 1e-3 * (5.0 / (count + 5.0))
         new_scales.append(np.sqrt(var).astype(p.dtype))
     return new_scales
+
+
+def _numbered(arrays: dict, prefix: str) -> list:
+    """``arrays[prefix + "0"], arrays[prefix + "1"], ...`` in numeric order (sorted as
+    strings, ``lw10`` came before ``lw2``: a model of 5 or more parts resumed a window
+    with its moments out of order)."""
+    keys = [k for k in arrays if k.startswith(prefix) and k[len(prefix) :].isdigit()]
+    return [arrays[k] for k in sorted(keys, key=lambda k: int(k[len(prefix) :]))]
 
 
 def tuned_parameters(kind: str, results, scales) -> dict:

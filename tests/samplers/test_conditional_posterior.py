@@ -175,21 +175,36 @@ def joint_zscores(hypers, fields, ref):
 
 
 # (kind, chains, warm-up, draws): ChEES adapts its trajectory from cross-chain
-# statistics; with 4 chains it stayed at short trajectories (field ESS ~5 in 1600 draws)
+# statistics; with 4 chains it stayed at short trajectories (field ESS ~5 in 1600 draws).
+# "<kind>+dense_params": the kind with the windowed metric, dense for (log A, n).
+# Not fieldnuts with a windowed metric: in the slow test's 4 x 800 draws its field
+# z-scores are overdispersed (sum z^2 / 1022 = 1.04-1.28 over seeds 23-25 for the mean and
+# variance z's, p down to 1e-7) with the windowed diagonal alone as with dense_params, while
+# theta's pass: an open question about fieldnuts under the windowed metric (or the MCSE
+# of its antithetic field draws), not about the dense block (issue-dense report).
 RUNS = {
     "hmc": (4, 200, 300),
+    "hmc+dense_params": (4, 200, 300),
     "fieldnuts": (4, 150, 200),
     "chees": (16, 200, 100),
     "mams": (4, 200, 300),
 }
+RUN_OPTIONS = {"dense_params": {"adapt_diagonal": True, "adapt_dense_params": True}}
+
+
+def run_options(name):
+    """``(kind, driver settings)`` of a :data:`RUNS` key."""
+    kind, _, metric = name.partition("+")
+    return kind, RUN_OPTIONS.get(metric, {})
 
 
 @pytest.fixture(scope="module", params=list(RUNS))
 def run(request, problem):
     model, data, ref = problem
     chains, burnin, results = RUNS[request.param]
+    kind, options = run_options(request.param)
     hypers, fields, summary = sample_joint(
-        model, data, request.param, results, chains, num_burnin_steps=burnin
+        model, data, kind, results, chains, num_burnin_steps=burnin, **options
     )
     return request.param, hypers, fields, summary, ref
 
@@ -257,7 +272,8 @@ def test_longer_runs_match_the_exact_posterior(problem, kind):
     """Four times the draws (smaller MCSE, so a smaller bias would show)."""
     model, data, ref = problem
     chains, burnin, results = RUNS[kind]
-    hypers, fields, _ = sample_joint(model, data, kind, 4 * results, chains, seed=23)
+    name, options = run_options(kind)
+    hypers, fields, _ = sample_joint(model, data, name, 4 * results, chains, seed=23, **options)
     z_theta, z_field = joint_zscores(hypers, fields, ref)
     assert np.all(np.abs(z_theta) < 4.0), f"{kind}: theta z-scores {np.round(z_theta, 2)}"
     ok, msg = _looks_standard_normal(z_field)

@@ -114,9 +114,9 @@ class SamplerKind:
         """Raise :class:`OptionError` if ``settings`` (a config section or the driver's
         :class:`~fieldhmc.samplers.SamplerSettings`) breaks one of the kind's rules.
 
-        ``settings.num_chains`` and whether the windowed diagonal metric is asked for
-        (``settings.adapt_diagonal``, or ``settings.preconditioner == "diagonal"``) are
-        read.
+        ``settings.num_chains`` and whether a windowed metric is asked for
+        (``settings.adapt_diagonal``, or ``settings.preconditioner`` ``diagonal`` or
+        ``dense_params``) are read.
         """
         if settings.num_chains < self.min_chains:
             raise OptionError(
@@ -124,13 +124,15 @@ class SamplerKind:
                 f"sampler.kind={self.name} adapts across chains: needs >= {self.min_chains} "
                 f"chains (got {settings.num_chains})",
             )
-        diagonal = getattr(settings, "adapt_diagonal", None)
-        if diagonal is None:
-            diagonal = getattr(settings, "preconditioner", None) == "diagonal"
-        if diagonal and self.tunes_own_metric:
+        windowed = getattr(settings, "adapt_diagonal", None)
+        name = "dense_params" if getattr(settings, "adapt_dense_params", False) else "diagonal"
+        if windowed is None:
+            name = getattr(settings, "preconditioner", None)
+            windowed = name in ("diagonal", "dense_params")
+        if windowed and self.tunes_own_metric:
             raise OptionError(
                 "preconditioner",
-                f"diagonal (windowed adaptation) does not combine with sampler.kind="
+                f"{name} (windowed adaptation) does not combine with sampler.kind="
                 f"{self.name}'s own tuning; use identity, prior or posterior",
             )
 
