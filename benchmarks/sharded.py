@@ -294,7 +294,10 @@ def microcanonical_timing(grids, repeats: int, transitions: int = 10) -> None:
                 )
                 sampler = ShardedSampler(target, settings)
                 where = tmp / f"{n}-{name}-{kind}"
-                summary = sampler.run(MemorySink(), where, init, progress=False)  # compiles
+                sampler.run(MemorySink(), where, init, progress=False)  # compiles
+                # a second run: its summary counts every chunk's gradients (the first
+                # run's leaves out the chunk that compiled)
+                summary = sampler.run(MemorySink(), where, init, progress=False)
                 grads[kind] = summary.sampling_batched_gradients
 
                 def run(sampler=sampler, where=where, init=init):

@@ -203,7 +203,9 @@ class RunResult:
     gradient_evaluations, warmup_gradient_evaluations : int
         Gradient evaluations summed over chains: all, and those of warm-up.
     sampling_seconds : float
-        Compute time of the post-warm-up chunks in this process.
+        Compute time of the post-warm-up chunks in this process, but the first one this
+        Sampler ran (its call compiles their program: warm-up has a program of its own).
+        0 when that was the only one.
     sampling_batched_gradients : int
         Batched gradient evaluations of those chunks (all chains step until the longest
         trajectory ends).
@@ -568,6 +570,8 @@ class Sampler:
         self._lp64, self._bootstrap, self._chunk = runner.lp64, runner.bootstrap, runner.chunk
         # Post-warm-up chunks: the runner's program for them, if it has one.
         self._sampling_chunk = getattr(runner, "sampling_chunk", runner.chunk)
+        # The first post-warm-up chunk this Sampler runs compiles its program: not timed.
+        self._sampling_chunk_ran = False
         self._field_slots: int | None = None  # set by run() before the first trace
         self._carry = runner.carry  # loaded by run(); the chunk updates it in place
 
@@ -1102,10 +1106,12 @@ class Sampler:
             )
             n = stop - rs.step
             traces = {name: buf.numpy()[:n] for name, buf in bufs.items()}
-            if rs.step >= s.num_burnin_steps:  # compute time of pure sampling chunks
+            if rs.step >= s.num_burnin_steps and self._sampling_chunk_ran:
+                # compute time of pure sampling chunks, after the one that compiled them
                 rs.sampling_seconds += time.perf_counter() - chunk_start
                 # Batched evaluations: all chains step until the longest trajectory ends.
                 rs.sampling_gradients += int(traces["n_steps"].max(axis=1).sum())
+            self._sampling_chunk_ran |= rs.step >= s.num_burnin_steps
             rs.gradient_evaluations += int(traces["n_steps"].sum())  # summed over chains
             if rs.step < s.num_burnin_steps:  # chunks never straddle the end of warm-up
                 rs.warmup_gradient_evaluations += int(traces["n_steps"].sum())

@@ -526,6 +526,18 @@ def _record_tuners(monkeypatch) -> tuple[set, list]:
     return traced, tuners
 
 
+def test_sampling_seconds_leave_out_the_chunk_that_compiles(tmp_path):
+    """The first post-warm-up chunk a Sampler runs compiles their program (warm-up has
+    its own): its time and gradients are not in sampling_seconds / _batched_gradients,
+    which would otherwise report seconds of compile as ms per gradient. A second run of
+    the same Sampler times every chunk."""
+    sampler = _short_sampler("hmc")  # 30 draws in chunks of 10, 4 leapfrog steps
+    first = sampler.run(MemorySink(), tmp_path / "a", _init(chains=2), progress=False)
+    assert first.sampling_batched_gradients == 20 * 4 and first.sampling_seconds > 0
+    second = sampler.run(MemorySink(), tmp_path / "b", _init(chains=2), progress=False)
+    assert second.sampling_batched_gradients == 30 * 4
+
+
 @pytest.mark.parametrize("kind", TUNED_KINDS)
 def test_post_warmup_chunk_has_no_tuner_and_draws_the_same(tmp_path, monkeypatch, kind):
     """The chunks after warm-up are a program of their own, without the tuner's code
