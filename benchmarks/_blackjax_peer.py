@@ -16,7 +16,8 @@ the number of chains.
 
 `sample_mclmc` and `sample_adjusted_mclmc` run BlackJAX's own tuners
 (``mclmc_find_L_and_step_size``, ``adjusted_mclmc_find_L_and_step_size``), one per
-chain, with the warm-up budget and targets of ours (see each docstring).
+chain, with the warm-up budget and targets of ours (see each docstring);
+`sample_nuts_window` runs NUTS after ``window_adaptation`` (Stan's warm-up).
 """
 
 from __future__ import annotations
@@ -220,6 +221,8 @@ class PeerRun(NamedTuple):
     accept: float  # mean acceptance probability (nan for mclmc)
     ms_per_gradient: float  # post-warm-up execution only, per gradient of the batch
     seconds: float  # whole run including compiles
+    warmup_seconds: float  # execution of the tuner / adaptation, compile excluded
+    sampling_seconds: float  # execution of the post-warm-up loop, compile excluded
 
 
 def _per_chain_keys(seed: int, chains: int):
@@ -228,10 +231,20 @@ def _per_chain_keys(seed: int, chains: int):
 
 def _timed(fn, *args):
     """Compile ``fn`` ahead of time, then run it once; ``(outputs, execution seconds)``."""
+    return _timer(fn, *args)(*args)
+
+
+def _timer(fn, *args):
+    """``fn`` compiled ahead of time for ``args``' shapes; each call of the result runs it
+    and returns ``(outputs, execution seconds)`` (so several seeds share one compile)."""
     compiled = jax.jit(fn).lower(*args).compile()
-    start = time.perf_counter()
-    out = jax.block_until_ready(compiled(*args))
-    return out, time.perf_counter() - start
+
+    def run(*call_args):
+        start = time.perf_counter()
+        out = jax.block_until_ready(compiled(*call_args))
+        return out, time.perf_counter() - start
+
+    return run
 
 
 def sample_mclmc(
@@ -242,8 +255,8 @@ def sample_mclmc(
     thin: int,
     desired_energy_var: float,
     fractions: tuple[float, float, float] = (0.4, 0.3, 0.3),
-    seed: int = 0,
-) -> PeerRun:
+    seeds: tuple[int, ...] = (0,),
+) -> list[PeerRun]:
     """BlackJAX MCLMC tuned by ``mclmc_find_L_and_step_size``, one tuner per chain.
 
     ``num_warmup`` tuning transitions split as ``fractions`` (our stages; BlackJAX's
@@ -251,8 +264,9 @@ def sample_mclmc(
     (the coordinates are whitened already, as for ours), the same
     ``desired_energy_var``; the isokinetic McLachlan (minimal-norm) integrator, two
     gradients per step like ours. The chains run under ``vmap`` (no control flow).
+    One run per seed; the tuner and the sampling loop are compiled once, ahead of time,
+    so ``warmup_seconds`` and ``sampling_seconds`` are execution only.
     """
-    start = time.perf_counter()
     chains = u0.shape[0]
     flat = jnp.asarray(u0).reshape(chains, -1)
     kernel = mclmc.build_kernel(integrator=integrators.isokinetic_mclachlan)
@@ -274,9 +288,6 @@ def sample_mclmc(
         )
         return state, params, num_steps
 
-    states, params, tune_steps = jax.jit(jax.vmap(tune))(flat, _per_chain_keys(seed, chains))
-    tune_steps = int(np.asarray(tune_steps).reshape(-1)[0])
-
     def run(states, params, key):
         def transition(states, key):
             keys = jax.random.split(key, chains)
@@ -295,20 +306,36 @@ def sample_mclmc(
 
         return jax.lax.scan(stored, states, jax.random.split(key, num_results // thin))[1]
 
-    (positions, energy), seconds = _timed(run, states, params, jax.random.PRNGKey(seed + 1))
-    transitions = (num_results // thin) * thin
-    batched = 2 * transitions
-    return PeerRun(
-        draws=np.moveaxis(np.asarray(positions), 0, 1),
-        warmup_grads=2 * tune_steps * chains,
-        grads=batched * chains,
-        step_size=float(np.mean(params.step_size)),
-        trajectory_length=float(np.mean(params.L)),
-        energy_error=np.asarray(energy).reshape(transitions, chains),
-        accept=float("nan"),
-        ms_per_gradient=1e3 * seconds / batched,
-        seconds=time.perf_counter() - start,
-    )
+    start = time.perf_counter()
+    tuner = _timer(jax.vmap(tune), flat, _per_chain_keys(seeds[0], chains))
+    sampler = None
+    out = []
+    for seed in seeds:
+        (states, params, tune_steps), warmup_seconds = tuner(flat, _per_chain_keys(seed, chains))
+        tune_steps = int(np.asarray(tune_steps).reshape(-1)[0])
+        key = jax.random.PRNGKey(seed + 1)
+        if sampler is None:
+            sampler = _timer(run, states, params, key)
+        (positions, energy), seconds = sampler(states, params, key)
+        transitions = (num_results // thin) * thin
+        batched = 2 * transitions
+        out.append(
+            PeerRun(
+                draws=np.moveaxis(np.asarray(positions), 0, 1),
+                warmup_grads=2 * tune_steps * chains,
+                grads=batched * chains,
+                step_size=float(np.mean(params.step_size)),
+                trajectory_length=float(np.mean(params.L)),
+                energy_error=np.asarray(energy).reshape(transitions, chains),
+                accept=float("nan"),
+                ms_per_gradient=1e3 * seconds / batched,
+                seconds=time.perf_counter() - start,
+                warmup_seconds=warmup_seconds,
+                sampling_seconds=seconds,
+            )
+        )
+        start = time.perf_counter()
+    return out
 
 
 def _num_steps(key, avg):
@@ -323,8 +350,8 @@ def sample_adjusted_mclmc(
     num_results: int,
     thin: int = 1,
     target_accept: float = 0.9,
-    seed: int = 0,
-) -> PeerRun:
+    seeds: tuple[int, ...] = (0,),
+) -> list[PeerRun]:
     """BlackJAX adjusted MCLMC (MAMS) tuned by ``adjusted_mclmc_find_L_and_step_size``.
 
     Dynamic kernel (``adjusted_mclmc_dynamic``, :math:`N = \\lceil U s \\rceil` steps,
@@ -337,8 +364,8 @@ def sample_adjusted_mclmc(
     (``max="avg"``, ``target_num_integration_steps=2``). Tuning runs the chains
     under ``vmap``; sampling one after another (``lax.map``), since each chain draws
     its own number of steps and ``vmap`` would run every chain for the longest.
+    One run per seed, compiled once (see `sample_mclmc`).
     """
-    start = time.perf_counter()
     chains = u0.shape[0]
     flat = jnp.asarray(u0).reshape(chains, -1)
     kernel = adjusted_mclmc_dynamic.build_kernel(
@@ -360,8 +387,6 @@ def sample_adjusted_mclmc(
             frac_tune3=0.2,
             diagonal_preconditioning=False,
         )
-
-    states, params, tune_steps = jax.jit(jax.vmap(tune))(flat, _per_chain_keys(seed, chains))
 
     def run(states, params, key):
         def transition(states, key):
@@ -388,19 +413,117 @@ def sample_adjusted_mclmc(
 
         return jax.lax.scan(stored, states, jax.random.split(key, num_results // thin))[1]
 
-    (positions, steps, accept), seconds = _timed(run, states, params, jax.random.PRNGKey(seed + 1))
-    chain_grads = 2 * int(np.asarray(steps).sum())
-    return PeerRun(
-        draws=np.moveaxis(np.asarray(positions), 0, 1),
-        warmup_grads=2 * int(np.asarray(tune_steps).sum()),
-        grads=chain_grads,
-        step_size=float(np.mean(params.step_size)),
-        trajectory_length=float(np.mean(params.L)),
-        energy_error=np.full((num_results // thin * thin, chains), np.nan),
-        accept=float(np.mean(accept)),
-        ms_per_gradient=1e3 * seconds * chains / chain_grads,
-        seconds=time.perf_counter() - start,
+    start = time.perf_counter()
+    tuner = _timer(jax.vmap(tune), flat, _per_chain_keys(seeds[0], chains))
+    sampler = None
+    out = []
+    for seed in seeds:
+        (states, params, tune_steps), warmup_seconds = tuner(flat, _per_chain_keys(seed, chains))
+        key = jax.random.PRNGKey(seed + 1)
+        if sampler is None:
+            sampler = _timer(run, states, params, key)
+        (positions, steps, accept), seconds = sampler(states, params, key)
+        chain_grads = 2 * int(np.asarray(steps).sum())
+        out.append(
+            PeerRun(
+                draws=np.moveaxis(np.asarray(positions), 0, 1),
+                warmup_grads=2 * int(np.asarray(tune_steps).sum()),
+                grads=chain_grads,
+                step_size=float(np.mean(params.step_size)),
+                trajectory_length=float(np.mean(params.L)),
+                energy_error=np.full((num_results // thin * thin, chains), np.nan),
+                accept=float(np.mean(accept)),
+                ms_per_gradient=1e3 * seconds * chains / chain_grads,
+                seconds=time.perf_counter() - start,
+                warmup_seconds=warmup_seconds,
+                sampling_seconds=seconds,
+            )
+        )
+        start = time.perf_counter()
+    return out
+
+
+def sample_nuts_window(
+    logdensity,
+    u0: np.ndarray,
+    num_warmup: int,
+    num_results: int,
+    depth: int,
+    target_accept: float = 0.8,
+    seeds: tuple[int, ...] = (0,),
+) -> list[PeerRun]:
+    """BlackJAX NUTS after Stan's window adaptation (``blackjax.window_adaptation``).
+
+    One adaptation per chain (dual-averaged step size to ``target_accept`` and a
+    diagonal inverse mass matrix, from the identity: the coordinates are whitened
+    already), ``num_warmup`` transitions, then ``num_results`` NUTS draws at the
+    adapted values, maximum tree depth ``depth``. Warm-up and sampling run the chains
+    one after another (``lax.map``, see `_transition`), so the time per gradient of
+    the batch is the time per chain-gradient times the number of chains. One run per
+    seed, compiled once (see `sample_mclmc`).
+    """
+    from blackjax.adaptation.base import get_filter_adapt_info_fn
+
+    chains = u0.shape[0]
+    flat = jnp.asarray(u0).reshape(chains, -1)
+    kernel = nuts.build_kernel()
+    adaptation = blackjax.window_adaptation(
+        blackjax.nuts,
+        logdensity,
+        is_mass_matrix_diagonal=True,
+        target_acceptance_rate=target_accept,
+        adaptation_info_fn=get_filter_adapt_info_fn(info_keys={"num_integration_steps"}),
+        max_num_doublings=depth,
     )
+
+    def warmup(positions, keys):
+        def one(args):
+            (state, params), info = adaptation.run(args[1], args[0], num_warmup)
+            return state, params["step_size"], params["inverse_mass_matrix"], info
+
+        states, eps, imm, info = jax.lax.map(one, (positions, keys))
+        return states, eps, imm, info.info.num_integration_steps
+
+    def run(states, eps, imm, key):
+        def transition(states, key):
+            def one(args):
+                k, s, e, m = args
+                return kernel(k, s, logdensity, e, m, depth)
+
+            keys = jax.random.split(key, chains)
+            states, info = jax.lax.map(one, (keys, states, eps, imm))
+            return states, (states.position, info.num_integration_steps, info.acceptance_rate)
+
+        return jax.lax.scan(transition, states, jax.random.split(key, num_results))[1]
+
+    start = time.perf_counter()
+    tuner = _timer(warmup, flat, _per_chain_keys(seeds[0], chains))
+    sampler = None
+    out = []
+    for seed in seeds:
+        (states, eps, imm, warm_steps), warmup_seconds = tuner(flat, _per_chain_keys(seed, chains))
+        key = jax.random.PRNGKey(seed + 1)
+        if sampler is None:
+            sampler = _timer(run, states, eps, imm, key)
+        (positions, steps, accept), seconds = sampler(states, eps, imm, key)
+        chain_grads = int(np.asarray(steps).sum())
+        out.append(
+            PeerRun(
+                draws=np.moveaxis(np.asarray(positions), 0, 1),
+                warmup_grads=int(np.asarray(warm_steps).sum()),
+                grads=chain_grads,
+                step_size=float(np.mean(eps)),
+                trajectory_length=float("nan"),
+                energy_error=np.full((num_results, chains), np.nan),
+                accept=float(np.mean(accept)),
+                ms_per_gradient=1e3 * seconds * chains / chain_grads,
+                seconds=time.perf_counter() - start,
+                warmup_seconds=warmup_seconds,
+                sampling_seconds=seconds,
+            )
+        )
+        start = time.perf_counter()
+    return out
 
 
 def fixed_runners(logdensity, u0: np.ndarray, step_size: float, big_l: float, num_steps: int):

@@ -25,14 +25,23 @@ thinning can only make them look worse. Targets (issue 13): mclmc >= 5x fewer
 gradients per min-ESS than fieldnuts masked, >= 3x unmasked; mams >= 2x masked.
 
 If ``jax`` and ``blackjax`` are importable (the optional ``peers`` extra), the rows
-``bj-mclmc`` and ``bj-mams`` run BlackJAX's MCLMC (tuned by
-``mclmc_find_L_and_step_size``) and adjusted MCLMC (``adjusted_mclmc_find_L_and_step_size``)
-on a JAX port of the same target (`_blackjax_peer.py`, checked against TensorFlow's
-log density and gradient first), with the same whitening, start, warm-up and draw
-counts, thinning and ``desired_energy_var``. ``ms/grad`` is the post-warm-up execution
-time per gradient of the batch of chains (ours: the driver's sampling chunks; BlackJAX:
-its compiled sampling loop), so it excludes compiles. Targets: ours needs no more
-gradients per ESS than BlackJAX at the same bias, and at most 1.2x its ms per gradient.
+``bj-mclmc``, ``bj-mams`` and ``bj-nuts`` run BlackJAX's MCLMC (tuned by
+``mclmc_find_L_and_step_size``), adjusted MCLMC (``adjusted_mclmc_find_L_and_step_size``)
+and NUTS after Stan's window adaptation (``window_adaptation``) on a JAX port of the same
+target (`_blackjax_peer.py`, checked against TensorFlow's log density and gradient
+first), with the same whitening, start, warm-up and draw counts, thinning,
+``desired_energy_var`` (mclmc) and maximum tree depth (NUTS).
+
+Seconds (issue 30): ``warm s`` and ``samp s`` are the execution times of the warm-up
+and the post-warm-up programs, compiles excluded (ours: the driver's compiled chunks,
+timed by `ChunkClock`; BlackJAX: its tuner and sampling loop compiled ahead of time),
+so seconds per min-/median-ESS are given sampling only and warm-up included.
+``ms/grad`` is the post-warm-up seconds per gradient of the batch of chains. With
+``--seeds`` every kind runs once per seed (one compile) and the ratios ours / BlackJAX
+(mclmc / bj-mclmc, mams / bj-mams, fieldnuts / bj-nuts) are printed per seed with
+their median, split into gradients per min-ESS (with warm-up) and ms per gradient.
+Targets (issue 30): seconds per min-ESS with warm-up, mclmc / bj-mclmc <= 0.25 at 64³
+and 128³ and <= 0.8 at 16³; mams' warm-up gradients <= fieldnuts'.
 """
 
 from __future__ import annotations
@@ -64,7 +73,7 @@ from fieldhmc.samplers import (  # noqa: E402
 )
 
 KINDS = ("mclmc", "mams", "fieldnuts", "hmc")
-PEER_KINDS = ("bj-mclmc", "bj-mams")  # BlackJAX, with the ``peers`` extra
+PEER_KINDS = ("bj-mclmc", "bj-mams", "bj-nuts")  # BlackJAX, with the ``peers`` extra
 
 
 def exact_moments(model, data, masked: bool, num_coordinates: int, seed: int = 0):
@@ -138,9 +147,44 @@ def config_problem(path: str, grid: int, chains: int, overrides=()):
     return problem, text
 
 
-def run_kind(problem: Problem, kind: str, args) -> dict:
-    """One driver run; ESS, gradient counts, tuned values and the draws' moments."""
-    micro = kind in ("mclmc", "mams")
+class ChunkClock:
+    """Execution seconds of a sampler's warm-up and post-warm-up chunks, compiles excluded.
+
+    Wraps the sampler's two compiled chunk programs (a private attribute each: the
+    driver reports no warm-up time, and its ``sampling_seconds`` includes the
+    post-warm-up program's compile on its first chunk). The first call of each program
+    is preceded by a call of zero transitions and no re-centring, which compiles it and
+    leaves the carried state as it was; each real call is then timed until its outputs
+    are on the host. The driver's host work between chunks (re-centring, checkpoints,
+    sinks) is not counted, as in ms per gradient.
+    """
+
+    def __init__(self, sampler: Sampler):
+        self.seconds = {"warmup": 0.0, "sampling": 0.0}
+        self._compiled: set[int] = set()
+        sampler._chunk = self._wrap(sampler._chunk, "warmup")
+        sampler._sampling_chunk = self._wrap(sampler._sampling_chunk, "sampling")
+
+    def reset(self) -> None:
+        self.seconds = {"warmup": 0.0, "sampling": 0.0}
+
+    def _wrap(self, chunk, phase: str):
+        def timed(scales, reference, delta, seed, start, num_steps):
+            if id(chunk) not in self._compiled:
+                zero = tf.constant(0, num_steps.dtype)
+                chunk(scales, reference, tf.zeros_like(delta), seed, start, zero)[2].numpy()
+                self._compiled.add(id(chunk))
+            begin = time.perf_counter()
+            out = chunk(scales, reference, delta, seed, start, num_steps)
+            out[2].numpy()  # blocks until the chunk has run
+            self.seconds[phase] += time.perf_counter() - begin
+            return out
+
+        return timed
+
+
+def make_sampler(problem: Problem, kind: str, args) -> Sampler:
+    """Our driver for ``kind`` on ``problem``; one per kind, run once per seed."""
     burnin = {"mclmc": args.burnin_mclmc, "mams": args.burnin_mams}.get(kind, args.burnin)
     results = {"mclmc": args.results_mclmc, "mams": args.results_mams}.get(kind, args.results)
     thin = {"mclmc": args.thin_mclmc, "mams": args.thin_mams}.get(kind, 1)
@@ -156,80 +200,112 @@ def run_kind(problem: Problem, kind: str, args) -> dict:
         desired_energy_var=args.desired_energy_var,
         chunk_size=args.chunk_size,
         field_thin=thin,
-        seed=5,
+        seed=args.seeds[0],
     )
     outputs = FieldOutputs(
         field_fn=problem.field_fn,
         power_fn=lambda v: tf.zeros([tf.shape(v)[0], 1], v.dtype),
     )
-    sampler = Sampler(problem.target, settings, problem.names, problem.scales, outputs)
-    sink = MemorySink()
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as d:
-        summary = sampler.run(sink, Path(d), problem.init, progress=False)
-    seconds = time.perf_counter() - start
-    draws = sink.stacked_fields()  # draw, chain, ...
-    post = np.moveaxis(draws, 0, 1).reshape(args.chains, draws.shape[0], -1)
-    del draws
-    scalars = [n for n, x in zip(problem.names, problem.init, strict=True) if x.ndim == 1]
-    hyper = (
-        np.stack([np.concatenate([t[n] for t in sink.traces]).T for n in scalars], axis=-1)
-        if scalars
-        else None
-    )  # chain, draw, H (every draw)
-    grads = int(sum(int(t["n_steps"].sum()) for t in sink.traces))
-    energy_error = np.concatenate([t["energy_error"] for t in sink.traces])
-    dim = post.shape[-1] + len(scalars)
-    tuned = summary.tuned
-    return {
-        "post": post,
-        "hyper": hyper,
-        "warmup_grads": summary.warmup_gradient_evaluations,
-        "grads": grads,
-        "seconds": seconds,
-        "step_size": tuned["step_size"],
-        "trajectory_length": tuned.get("trajectory_length", float("nan")) if micro else None,
-        "eevpd": float(np.mean(energy_error**2) / dim) if micro else float("nan"),
-        "accept": _nanmean(np.concatenate([t["acceptance_rate"] for t in sink.traces])),
-        "draws": post.shape[1],
-        "ms_per_gradient": 1e3
-        * summary.sampling_seconds
-        / max(1, summary.sampling_batched_gradients),
-    }
+    return Sampler(problem.target, settings, problem.names, problem.scales, outputs)
 
 
-def run_peer(model, data, kind: str, args) -> dict:
-    """BlackJAX's MCLMC or adjusted MCLMC on the JAX port of the same whitened target."""
+def run_kind(problem: Problem, kind: str, args) -> list[dict]:
+    """One driver run per seed of ``--seeds`` (one compile); ESS, gradient counts,
+    warm-up and sampling execution seconds, tuned values and the draws' moments."""
+    micro = kind in ("mclmc", "mams")
+    sampler = make_sampler(problem, kind, args)
+    clock = ChunkClock(sampler)
+    rows = []
+    for seed in args.seeds:
+        clock.reset()
+        sink = MemorySink()
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory() as d:
+            summary = sampler.run(sink, Path(d), problem.init, progress=False, seed=seed)
+        seconds = time.perf_counter() - start
+        draws = sink.stacked_fields()  # draw, chain, ...
+        post = np.moveaxis(draws, 0, 1).reshape(args.chains, draws.shape[0], -1)
+        del draws
+        scalars = [n for n, x in zip(problem.names, problem.init, strict=True) if x.ndim == 1]
+        hyper = (
+            np.stack([np.concatenate([t[n] for t in sink.traces]).T for n in scalars], axis=-1)
+            if scalars
+            else None
+        )  # chain, draw, H (every draw)
+        grads = int(sum(int(t["n_steps"].sum()) for t in sink.traces))
+        energy_error = np.concatenate([t["energy_error"] for t in sink.traces])
+        dim = post.shape[-1] + len(scalars)
+        tuned = summary.tuned
+        rows.append(
+            {
+                "seed": seed,
+                "post": post,
+                "hyper": hyper,
+                "warmup_grads": summary.warmup_gradient_evaluations,
+                "grads": grads,
+                "seconds": seconds,
+                "warmup_seconds": clock.seconds["warmup"],
+                "sampling_seconds": clock.seconds["sampling"],
+                "step_size": tuned["step_size"],
+                "trajectory_length": tuned.get("trajectory_length", float("nan"))
+                if micro
+                else None,
+                "eevpd": float(np.mean(energy_error**2) / dim) if micro else float("nan"),
+                "accept": _nanmean(np.concatenate([t["acceptance_rate"] for t in sink.traces])),
+                "draws": post.shape[1],
+                "ms_per_gradient": 1e3
+                * clock.seconds["sampling"]
+                / max(1, summary.sampling_batched_gradients),
+            }
+        )
+    return rows
+
+
+def run_peer(model, data, kind: str, args) -> list[dict]:
+    """BlackJAX's MCLMC, adjusted MCLMC or NUTS (window adaptation) on the JAX port of
+    the same whitened target, one run per seed of ``--seeds`` (one compile)."""
     setup = whitened_target(model, data, args.chains)
     logdensity = _peer_target(model, data, setup, setup.u0)
     u0 = setup.u0.numpy()
+    seeds = tuple(args.seeds)
     if kind == "bj-mclmc":
-        r = peer.sample_mclmc(
+        runs = peer.sample_mclmc(
             logdensity,
             u0,
             args.burnin_mclmc,
             args.results_mclmc,
             args.thin_mclmc,
             args.desired_energy_var,
-            seed=5,
+            seeds=seeds,
+        )
+    elif kind == "bj-mams":
+        runs = peer.sample_adjusted_mclmc(
+            logdensity, u0, args.burnin_mams, args.results_mams, args.thin_mams, seeds=seeds
         )
     else:
-        r = peer.sample_adjusted_mclmc(
-            logdensity, u0, args.burnin_mams, args.results_mams, args.thin_mams, seed=5
+        runs = peer.sample_nuts_window(
+            logdensity, u0, args.burnin, args.results, args.max_depth, seeds=seeds
         )
-    dim = r.draws.shape[-1]
-    return {
-        "post": r.draws * setup.scale.reshape(-1),
-        "warmup_grads": r.warmup_grads,
-        "grads": r.grads,
-        "seconds": r.seconds,
-        "step_size": r.step_size / np.sqrt(dim),
-        "trajectory_length": r.trajectory_length / np.sqrt(dim),
-        "eevpd": float(np.mean(r.energy_error**2) / dim),
-        "accept": r.accept,
-        "draws": r.draws.shape[1],
-        "ms_per_gradient": r.ms_per_gradient,
-    }
+    dim = u0[0].size
+    micro = kind != "bj-nuts"
+    return [
+        {
+            "seed": seed,
+            "post": r.draws * setup.scale.reshape(-1),
+            "warmup_grads": r.warmup_grads,
+            "grads": r.grads,
+            "seconds": r.seconds,
+            "warmup_seconds": r.warmup_seconds,
+            "sampling_seconds": r.sampling_seconds,
+            "step_size": r.step_size / np.sqrt(dim) if micro else r.step_size,
+            "trajectory_length": r.trajectory_length / np.sqrt(dim) if micro else None,
+            "eevpd": float(np.mean(r.energy_error**2) / dim),
+            "accept": r.accept,
+            "draws": r.draws.shape[1],
+            "ms_per_gradient": r.ms_per_gradient,
+        }
+        for seed, r in zip(seeds, runs, strict=True)
+    ]
 
 
 def _nanmean(x: np.ndarray) -> float:
@@ -244,14 +320,22 @@ def analyse(r: dict, mean, var, idx) -> dict:
     if hyper is not None:
         r["hyper_min_ess"] = float(np.min(ess_bulk(hyper)))
         ess = np.concatenate([ess, ess_bulk(hyper).reshape(-1)])
-    sq = (post[..., idx] - mean[idx]) ** 2
-    rel = sq.mean(axis=(0, 1)) / var[idx] - 1.0
-    terms = 0.5 * rel**2 - 1.0 / ess_bulk(sq)
+    rel, terms = [], []
+    for lo in range(0, idx.size, 1 << 16):  # column blocks: float64 copies stay small
+        j = idx[lo : lo + (1 << 16)]
+        sq = (post[..., j] - mean[j]) ** 2
+        rel.append(sq.mean(axis=(0, 1)) / var[j] - 1.0)
+        terms.append(0.5 * rel[-1] ** 2 - 1.0 / ess_bulk(sq))
+    rel, terms = np.concatenate(rel), np.concatenate(terms)
     r.update(
         min_ess=float(np.min(ess)),
         median_ess=float(np.median(ess)),
         grads_per_min_ess=r["grads"] / float(np.min(ess)),
         grads_per_median_ess=r["grads"] / float(np.median(ess)),
+        s_per_min_ess=r["sampling_seconds"] / float(np.min(ess)),
+        s_per_median_ess=r["sampling_seconds"] / float(np.median(ess)),
+        s_per_min_ess_all=(r["warmup_seconds"] + r["sampling_seconds"]) / float(np.min(ess)),
+        s_per_median_ess_all=(r["warmup_seconds"] + r["sampling_seconds"]) / float(np.median(ess)),
         b2=float(np.mean(terms)),
         b2_se=float(np.std(terms) / np.sqrt(terms.size)),
         rel_var_err=float(np.mean(rel)),
@@ -261,22 +345,25 @@ def analyse(r: dict, mean, var, idx) -> dict:
 
 def _print_header() -> None:
     print(
-        f"{'kernel':>9} | {'warm-up grads':>13} {'step/√d':>8} {'L/√d':>6} | {'draws':>6} "
-        f"{'grads':>9} {'min ESS':>8} {'med ESS':>8} {'grads/minESS':>12} "
-        f"{'grads/medESS':>12} | {'b2':>9} {'±':>7} {'ΔVar/Var':>8} {'EEVPD':>8} "
-        f"{'ms/grad':>7} {'s':>6}"
+        f"{'kernel':>9} {'seed':>4} | {'warm grads':>10} {'step/√d':>8} {'L/√d':>6} | "
+        f"{'draws':>5} {'grads':>8} {'minESS':>6} {'medESS':>6} {'g/minESS':>8} "
+        f"{'g/medESS':>8} | {'warm s':>7} {'samp s':>7} {'ms/grad':>7} | "
+        f"{'s/minESS':>8} {'+warm':>8} {'s/medESS':>8} {'+warm':>8} | "
+        f"{'b2':>8} {'±':>7} {'ΔVar/Var':>8} {'EEVPD':>7}"
     )
 
 
 def _print_row(kind: str, r: dict) -> None:
     length = r["trajectory_length"]
     print(
-        f"{kind:>9} | {r['warmup_grads']:>13d} {r['step_size']:>8.3f} "
-        f"{'' if length is None else f'{length:.2f}':>6} | {r['draws']:>6d} {r['grads']:>9d} "
-        f"{r['min_ess']:>8.0f} {r['median_ess']:>8.0f} {r['grads_per_min_ess']:>12.1f} "
-        f"{r['grads_per_median_ess']:>12.1f} | {r['b2']:>9.1e} {r['b2_se']:>7.1e} "
-        f"{r['rel_var_err']:>8.4f} {r['eevpd']:>8.1e} {r['ms_per_gradient']:>7.2f} "
-        f"{r['seconds']:>6.0f}"
+        f"{kind:>9} {r['seed']:>4d} | {r['warmup_grads']:>10d} {r['step_size']:>8.3f} "
+        f"{'' if length is None else f'{length:.2f}':>6} | {r['draws']:>5d} {r['grads']:>8d} "
+        f"{r['min_ess']:>6.0f} {r['median_ess']:>6.0f} {r['grads_per_min_ess']:>8.1f} "
+        f"{r['grads_per_median_ess']:>8.1f} | {r['warmup_seconds']:>7.2f} "
+        f"{r['sampling_seconds']:>7.2f} {r['ms_per_gradient']:>7.2f} | "
+        f"{r['s_per_min_ess']:>8.4f} {r['s_per_min_ess_all']:>8.4f} "
+        f"{r['s_per_median_ess']:>8.4f} {r['s_per_median_ess_all']:>8.4f} | "
+        f"{r['b2']:>8.1e} {r['b2_se']:>7.1e} {r['rel_var_err']:>8.4f} {r['eevpd']:>7.1e}"
         + (
             f"   (hyperparameters' min ESS {r['hyper_min_ess']:.0f})"
             if "hyper_min_ess" in r
@@ -284,6 +371,66 @@ def _print_row(kind: str, r: dict) -> None:
         ),
         flush=True,
     )
+
+
+# Ours against BlackJAX's, per seed: the issue-30 table's ratio rows.
+PAIRS = (("mclmc", "bj-mclmc"), ("mams", "bj-mams"), ("fieldnuts", "bj-nuts"))
+RATIOS = (
+    ("s/min-ESS", "s_per_min_ess"),
+    ("s/min-ESS +warm-up", "s_per_min_ess_all"),
+    ("s/med-ESS", "s_per_median_ess"),
+    ("s/med-ESS +warm-up", "s_per_median_ess_all"),
+    ("warm-up grads", "warmup_grads"),
+    ("grads/min-ESS", "grads_per_min_ess"),
+    ("grads+warm/min-ESS", "all_grads_per_min_ess"),
+    ("ms/grad", "ms_per_gradient"),
+)
+
+
+def _mclmc_target(grid: int) -> float | None:
+    """Issue 30: seconds per min-ESS with warm-up, ours / BlackJAX's mclmc."""
+    return 0.25 if grid >= 64 else 0.8 if grid == 16 else None
+
+
+def peer_ratios(rows: dict) -> dict:
+    """``{(ours, theirs, figure): [ours / theirs per seed]}`` for every pair run."""
+    out = {}
+    for ours, theirs in PAIRS:
+        if ours not in rows or theirs not in rows:
+            continue
+        for a, b in zip(rows[ours], rows[theirs], strict=True):
+            for _, key in RATIOS:
+                out.setdefault((ours, theirs, key), []).append(_figure(a, key) / _figure(b, key))
+    if "mams" in rows and "fieldnuts" in rows:
+        for a, b in zip(rows["mams"], rows["fieldnuts"], strict=True):
+            value = a["warmup_grads"] / b["warmup_grads"]
+            out.setdefault(("mams", "fieldnuts", "warmup_grads"), []).append(value)
+    return out
+
+
+def _figure(r: dict, key: str) -> float:
+    if key == "all_grads_per_min_ess":
+        return (r["warmup_grads"] + r["grads"]) / r["min_ess"]
+    return float(r[key])
+
+
+def _print_peer_ratios(ratios: dict, grid: int) -> None:
+    """Each ratio per seed and its median; the issue-30 targets where they apply."""
+    if not ratios:
+        return
+    print("ours / peer, per seed (median):")
+    names = dict((key, name) for name, key in RATIOS)
+    for (ours, theirs, key), values in ratios.items():
+        per_seed = " ".join(f"{v:.3g}" for v in values)
+        median = float(np.median(values))
+        label = f"{ours} / {theirs} {names[key]}"
+        verdict = ""
+        target = _mclmc_target(grid)
+        if (ours, key) == ("mclmc", "s_per_min_ess_all") and target is not None:
+            verdict = f"   target <= {target:g}: {'met' if median <= target else 'NOT met'}"
+        if (ours, theirs) == ("mams", "fieldnuts"):
+            verdict = f"   target <= 1: {'met' if median <= 1 else 'NOT met'}"
+        print(f"  {label:<44} {per_seed}  ({median:.3g}){verdict}", flush=True)
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -309,8 +456,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--kinds",
         nargs="+",
-        default=["mclmc", "bj-mclmc", "mams", "bj-mams", "fieldnuts", "hmc"],
+        default=["mclmc", "bj-mclmc", "mams", "bj-mams", "fieldnuts", "bj-nuts"],
         choices=KINDS + PEER_KINDS,
+    )
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        default=[5],
+        help="sampler seeds (ours and BlackJAX's); one compile per kind, a row per seed",
     )
     parser.add_argument(
         "--no-peers",
@@ -357,7 +511,7 @@ def main(argv: list[str] | None = None) -> dict:
     if peer is None and any(k in PEER_KINDS for k in args.kinds):
         print("BlackJAX rows skipped: install the peers extra (pip install -e '.[peers]')")
     elif with_peers:
-        print(f"BlackJAX {peer.VERSION} (JAX {peer.jax.__version__}) rows: bj-mclmc, bj-mams")
+        print(f"BlackJAX {peer.VERSION} (JAX {peer.jax.__version__}) rows: {', '.join(PEER_KINDS)}")
     out = {}
     if args.speed_only and with_peers:
         model, data = build(args.grid, args.masks[0] == "slab")
@@ -373,7 +527,7 @@ def main(argv: list[str] | None = None) -> dict:
         _print_header()
         rows, ref = {}, None
         for kind in ["fieldnuts"] + [k for k in kinds if k in KINDS and k != "fieldnuts"]:
-            r = run_kind(problem, kind, args)
+            r = run_kind(problem, kind, args)[0]
             if ref is None:
                 ref = r["post"].mean(axis=(0, 1)), r["post"].var(axis=(0, 1))
                 ref = ref + (np.arange(ref[0].size),)
@@ -387,21 +541,36 @@ def main(argv: list[str] | None = None) -> dict:
         mean, var, idx = exact_moments(model, data, masked, args.bias_coordinates)
         problem = gaussian_problem(model, data, args.chains)
         where = f"{idx.size} coordinates (CG)" if masked else "every coordinate (exact)"
-        print(f"\n{'20% slab mask' if masked else 'unmasked'}; bias b2 over {where}")
+        load = os.getloadavg()
+        print(
+            f"\n{args.grid}³ {'20% slab mask' if masked else 'unmasked'}; bias b2 over {where}; "
+            f"seeds {' '.join(map(str, args.seeds))}; load average at start "
+            f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
+        )
+        print(
+            "seconds: execution of the warm-up / post-warm-up programs, compiles excluded; "
+            "s/ESS sampling only, +warm: warm-up included"
+        )
         _print_header()
         rows = {}
         for kind in kinds:
             if kind in PEER_KINDS:
-                r = run_peer(model, data, kind, args)
+                runs = run_peer(model, data, kind, args)
             else:
-                r = run_kind(problem, kind, args)
-            rows[kind] = r = analyse(r, mean, var, idx)
-            _print_row(kind, r)
-        _print_ratios(rows, masked)
-        _print_peer_comparison(rows)
+                runs = run_kind(problem, kind, args)
+            rows[kind] = [analyse(r, mean, var, idx) for r in runs]
+            for r in rows[kind]:
+                _print_row(kind, r)
+        load = os.getloadavg()
+        print(f"load average at end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+        first = {kind: runs[0] for kind, runs in rows.items()}
+        _print_ratios(first, masked)
+        ratios = peer_ratios(rows)
+        _print_peer_ratios(ratios, args.grid)
         if with_peers and args.speed_steps and {"mclmc", "mams"} <= set(rows):
-            out.setdefault("speed", {})[mask] = speed(model, data, rows, args)
+            out.setdefault("speed", {})[mask] = speed(model, data, first, args)
         out[mask] = rows
+        out.setdefault("ratios", {})[mask] = ratios
     return out
 
 
@@ -561,23 +730,6 @@ def speed(model, data, rows: dict, args) -> dict:
             flush=True,
         )
     return out
-
-
-def _print_peer_comparison(rows: dict) -> None:
-    """Ours against BlackJAX's: gradients per ESS at the reported bias, ms per gradient."""
-    for ours, theirs in (("mclmc", "bj-mclmc"), ("mams", "bj-mams")):
-        if ours not in rows or theirs not in rows:
-            continue
-        a, b = rows[ours], rows[theirs]
-        fewer = b["grads_per_min_ess"] / a["grads_per_min_ess"]
-        fewer_med = b["grads_per_median_ess"] / a["grads_per_median_ess"]
-        cost = a["ms_per_gradient"] / b["ms_per_gradient"]
-        print(
-            f"BlackJAX / ours {ours}: gradients per min-ESS {fewer:.2f}, per median-ESS "
-            f"{fewer_med:.2f} (ΔVar/Var ours {a['rel_var_err']:+.4f}, BlackJAX "
-            f"{b['rel_var_err']:+.4f}); ours / BlackJAX ms per gradient {cost:.2f} "
-            f"(target <= 1.2: {'met' if cost <= 1.2 else 'NOT met'})"
-        )
 
 
 if __name__ == "__main__":
