@@ -117,6 +117,9 @@ class SamplerSettings:
     thin: int = 1
     field_thin: int = 10
     stats_every: int = 0  # field running moments every n-th transition; 0: field_stats_every
+    # A post-warm-up program of its own (no tuner; warm-up's without field outputs) or one
+    # program for both phases; None: separate_sampling_program_for(...) decides
+    separate_sampling_program: bool | None = None
     seed: int = 0
 
     def __post_init__(self):
@@ -203,9 +206,9 @@ class RunResult:
     gradient_evaluations, warmup_gradient_evaluations : int
         Gradient evaluations summed over chains: all, and those of warm-up.
     sampling_seconds : float
-        Compute time of the post-warm-up chunks in this process, but the first one this
-        Sampler ran (its call compiles their program: warm-up has a program of its own).
-        0 when that was the only one.
+        Compute time of the post-warm-up chunks in this process, but one whose call
+        compiled their program (the first call of it in this Sampler: after a resume, or
+        with ``separate_sampling_program``); 0 when that was the only one.
     sampling_batched_gradients : int
         Batched gradient evaluations of those chunks (all chains step until the longest
         trajectory ends).
@@ -544,12 +547,16 @@ class Sampler:
         self.initial_scales = [np.asarray(s) for s in scales]
         self.field_outputs = field_outputs
         if runner is None:
+            separate = settings.separate_sampling_program
+            if separate is None:
+                size = sum(math.prod(np.shape(sc)) for sc in self.initial_scales)
+                separate = separate_sampling_program_for(settings, size)
             runner = XlaChunkRunner(
                 self._lp64_impl,
                 self._bootstrap_impl,
-                self._chunk_impl,
+                self._chunk_impl if separate else self._chunk_impl_both,
                 self._xla_fresh_state,
-                self._chunk_impl_sampling,
+                self._chunk_impl_sampling if separate else None,
             )
         self.runner = runner
         # adapt_dense_params: the scalar parts (scale of shape (): a [chains] part) form
@@ -570,7 +577,8 @@ class Sampler:
         self._lp64, self._bootstrap, self._chunk = runner.lp64, runner.bootstrap, runner.chunk
         # Post-warm-up chunks: the runner's program for them, if it has one.
         self._sampling_chunk = getattr(runner, "sampling_chunk", runner.chunk)
-        # The first post-warm-up chunk this Sampler runs compiles its program: not timed.
+        # The first call of the post-warm-up program in this Sampler compiles it: a
+        # sampling chunk making that call is not timed.
         self._sampling_chunk_ran = False
         self._field_slots: int | None = None  # set by run() before the first trace
         self._carry = runner.carry  # loaded by run(); the chunk updates it in place
@@ -640,21 +648,29 @@ class Sampler:
         new ``reference``. Returns the per-step trace buffers, the stored-field buffer
         and the number of fields in it (none in warm-up).
         """
-        return self._run_chunk(scales, reference, delta, seed, start, num_steps, False)
+        return self._run_chunk(scales, reference, delta, seed, start, num_steps, "warmup")
 
     def _chunk_impl_sampling(self, scales, reference, delta, seed, start, num_steps):
         """After warm-up: as :meth:`_chunk_impl` with the kind's
         :meth:`~fieldhmc.samplers.kinds.SamplerKind.sampling_kernel` (no tuner) and the
         field outputs, each computed only on the transitions that feed it."""
-        return self._run_chunk(scales, reference, delta, seed, start, num_steps, True)
+        return self._run_chunk(scales, reference, delta, seed, start, num_steps, "sampling")
 
-    def _run_chunk(self, scales, reference, delta, seed, start, num_steps, sampling: bool):
-        # Two programs, compiled apart (``sampling`` is a Python bool): warm-up carries and
-        # computes no field outputs, sampling no tuner and no latent moments. One program
-        # for both kept both under conditionals, and an XLA conditional that passes a
-        # loop-carried buffer through copies it (twice per transition: into the
-        # conditional's result and back into the loop's buffer) -- for mclmc / mams the
-        # tuner's per-chain moments, for every kind the field moments.
+    def _chunk_impl_both(self, scales, reference, delta, seed, start, num_steps):
+        """Warm-up and sampling in one program (``separate_sampling_program`` False): the
+        tuner throughout (frozen after warm-up by its own count), the field outputs and
+        the latent moments each under a conditional on the phase. The same transitions
+        and outputs as the two programs, for one compile instead of two."""
+        return self._run_chunk(scales, reference, delta, seed, start, num_steps, "both")
+
+    def _run_chunk(self, scales, reference, delta, seed, start, num_steps, phase: str):
+        # ``phase`` "warmup" / "sampling": two programs, compiled apart. Warm-up carries and
+        # computes no field outputs, sampling no tuner and no latent moments: an XLA
+        # conditional that passes a loop-carried buffer through copies it (twice per
+        # transition: into the conditional's result and back into the loop's buffer) --
+        # for mclmc / mams the tuner's per-chain moments, for every kind the field
+        # moments. "both": one program with those conditionals, for runs too small for
+        # the copies to outweigh a second compile (separate_sampling_program_for).
         s = self.settings
         carry = self._carry
         to_x = self._to_x_fn(scales)
@@ -662,11 +678,11 @@ class Sampler:
         results = shift_target_log_prob(carry.read("results"), delta)
         dtype = u_parts[0].dtype
         kernel = self._kernel(scales, reference, dtype, tf.constant(s.step_size, dtype))
-        if sampling:
+        if phase == "sampling":
             kernel = s.sampler_kind.sampling_kernel(kernel)
         k = s.chunk_size
         chains = s.num_chains
-        fo = self.field_outputs if sampling else None
+        fo = self.field_outputs if phase != "warmup" else None
         scalar_idx = [i for i, u in enumerate(u_parts) if u.shape.rank == 1]
 
         bufs = {
@@ -698,7 +714,7 @@ class Sampler:
             if fo.store_fields:
                 carried["field_buf"] = tf.zeros([nslots, chains, *x_shape], dtype)
                 carried["nfields"] = tf.constant(0)
-        if not sampling and s.adapt_diagonal:
+        if phase != "sampling" and s.adapt_diagonal:
             carried["lw"] = carry.read("lw")
         dense_idx = self._dense_idx
         num_burnin = tf.constant(s.num_burnin_steps, tf.int32)
@@ -751,6 +767,11 @@ class Sampler:
                 is_trace = _every(after, s.thin)
                 is_moment = _every(after, stats_every)
                 keep = _every(after, s.field_thin) if fo.store_fields else False
+                if phase == "both":  # nothing from warm-up's transitions
+                    sampling_step = after >= 0
+                    is_trace = _all(sampling_step, is_trace)
+                    is_moment = _all(sampling_step, is_moment)
+                    keep = _all(sampling_step, keep)
                 field_for_trace = is_trace if fo.modes_fn is None else False
                 field = _cond(
                     _any(field_for_trace, is_moment, keep),
@@ -804,15 +825,22 @@ class Sampler:
                         new = tf.where(keep, field, old)
                     carried["field_buf"] = write(field_buf, slot, new)
                     carried["nfields"] = nfields + tf.cast(keep, tf.int32)
-            if "lw" in carried:  # warm-up with adapt_diagonal: every transition
-                x64 = [tf.cast(p, tf.float64) for p in x_parts()]
-                lw = carried["lw"]
-                if dense_idx:  # the block's mean and co-moment close the list
-                    block = tf.stack([x64[j] for j in dense_idx], axis=-1)
-                    moments = dense_metric.welford_block_update(lw[0], lw[-2], lw[-1], block)
-                    carried["lw"] = [*_welford_update(lw[:-2], x64), *moments]
+            if "lw" in carried:  # adapt_diagonal: every warm-up transition
+
+                def latent_moments(lw=carried["lw"]):
+                    x64 = [tf.cast(p, tf.float64) for p in x_parts()]
+                    if dense_idx:  # the block's mean and co-moment close the list
+                        block = tf.stack([x64[j] for j in dense_idx], axis=-1)
+                        moments = dense_metric.welford_block_update(lw[0], lw[-2], lw[-1], block)
+                        return [*_welford_update(lw[:-2], x64), *moments]
+                    return _welford_update(lw, x64)
+
+                if phase == "both":
+                    carried["lw"] = tf.cond(
+                        step < num_burnin, latent_moments, lambda lw=carried["lw"]: list(lw)
+                    )
                 else:
-                    carried["lw"] = _welford_update(lw, x64)
+                    carried["lw"] = latent_moments()
             for name, value in values.items():
                 bufs[name] = write(bufs[name], i, value)
             return i + 1, u, res, bufs, carried
@@ -1111,7 +1139,7 @@ class Sampler:
                 rs.sampling_seconds += time.perf_counter() - chunk_start
                 # Batched evaluations: all chains step until the longest trajectory ends.
                 rs.sampling_gradients += int(traces["n_steps"].max(axis=1).sum())
-            self._sampling_chunk_ran |= rs.step >= s.num_burnin_steps
+            self._sampling_chunk_ran |= chunk is self._sampling_chunk
             rs.gradient_evaluations += int(traces["n_steps"].sum())  # summed over chains
             if rs.step < s.num_burnin_steps:  # chunks never straddle the end of warm-up
                 rs.warmup_gradient_evaluations += int(traces["n_steps"].sum())
@@ -1213,6 +1241,29 @@ def _zero_welford(shapes: Sequence[tuple], dtype=np.float64) -> list[np.ndarray]
 def _every(after, n: int):
     """``after % n == 0`` (a tensor), or Python ``True`` for ``n == 1``: no conditional."""
     return True if n == 1 else tf.equal(after % n, 0)
+
+
+def _all(tensor, predicate):
+    """``tensor`` and ``predicate`` (a tensor or a Python bool)."""
+    if predicate is True:
+        return tensor
+    if predicate is False:
+        return False
+    return tf.logical_and(tensor, predicate)
+
+
+def separate_sampling_program_for(settings: SamplerSettings, latent_size: int) -> bool:
+    """Whether a run gets a post-warm-up program of its own (``separate_sampling_program``
+    None): when its post-warm-up transitions times the state's elements (all chains)
+    reach 2**30, e.g. 1,000 draws of 4 chains at 64³. The one-program alternative copies
+    the tuner's and the field moments' state through conditionals on every transition
+    (field-sized at most a few times); the second program costs a second XLA compile
+    (seconds to tens of seconds), which is most of a short or small run: a test suite of
+    8³ runs took 40% longer with it."""
+    if settings.num_burnin_steps == 0:
+        return True  # one program either way
+    work = settings.num_results * settings.num_chains * latent_size
+    return work >= 2**30
 
 
 def _any(*predicates):

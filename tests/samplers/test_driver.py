@@ -457,7 +457,7 @@ def test_a_finished_sampler_leaves_no_traced_graph_alive(tmp_path):
     sampler = Sampler(target, settings, ["x", "h"], [SD, np.float32(2.0)])
     sampler.run(MemorySink(), tmp_path, _init(chains=2), progress=False)
     graphs = [weakref.ref(g) for i, g in func_graphs().items() if i not in before]
-    assert len(graphs) == 4  # lp64, bootstrap, the warm-up and the post-warm-up chunk
+    assert len(graphs) == 3  # lp64, bootstrap, the chunk (one program: a small run)
     del sampler
     gc.collect()
     assert [g().name for g in graphs if g() is not None] == []
@@ -521,21 +521,25 @@ def _record_tuners(monkeypatch) -> tuple[set, list]:
         (mclmc.MetropolisAdjustedMicrocanonical, "_tune"),
     ):
         monkeypatch.setattr(cls, name, counting(getattr(cls, name)))
-    for name in ("_chunk_impl", "_chunk_impl_sampling"):
+    for name in ("_chunk_impl", "_chunk_impl_sampling", "_chunk_impl_both"):
         monkeypatch.setattr(Sampler, name, marking(getattr(Sampler, name), name))
     return traced, tuners
 
 
 def test_sampling_seconds_leave_out_the_chunk_that_compiles(tmp_path):
-    """The first post-warm-up chunk a Sampler runs compiles their program (warm-up has
-    its own): its time and gradients are not in sampling_seconds / _batched_gradients,
-    which would otherwise report seconds of compile as ms per gradient. A second run of
-    the same Sampler times every chunk."""
-    sampler = _short_sampler("hmc")  # 30 draws in chunks of 10, 4 leapfrog steps
+    """With a post-warm-up program of its own, the first sampling chunk a Sampler runs
+    compiles it: its time and gradients are not in sampling_seconds /
+    _batched_gradients, which would otherwise report seconds of compile as ms per
+    gradient. A second run of the same Sampler times every chunk, and so does a first
+    run with one program (compiled in warm-up)."""
+    sampler = _short_sampler("hmc", separate_sampling_program=True)  # 30 draws, chunks of 10
     first = sampler.run(MemorySink(), tmp_path / "a", _init(chains=2), progress=False)
     assert first.sampling_batched_gradients == 20 * 4 and first.sampling_seconds > 0
     second = sampler.run(MemorySink(), tmp_path / "b", _init(chains=2), progress=False)
-    assert second.sampling_batched_gradients == 30 * 4
+    assert second.sampling_batched_gradients == 30 * 4  # 4 leapfrog steps each
+    one = _short_sampler("hmc", separate_sampling_program=False)
+    first = one.run(MemorySink(), tmp_path / "c", _init(chains=2), progress=False)
+    assert first.sampling_batched_gradients == 30 * 4
 
 
 @pytest.mark.parametrize("kind", TUNED_KINDS)
@@ -550,8 +554,8 @@ def test_post_warmup_chunk_has_no_tuner_and_draws_the_same(tmp_path, monkeypatch
         field_fn=lambda x, h: x, power_fn=lambda f: tf.reduce_mean(f**2, -1, keepdims=True)
     )
 
-    def run(directory):
-        sampler = _short_sampler(kind, outputs, field_thin=3)
+    def run(directory, separate=True):
+        sampler = _short_sampler(kind, outputs, field_thin=3, separate_sampling_program=separate)
         sink = MemorySink()
         summary = sampler.run(sink, directory, _init(chains=2), progress=False)
         return sink, summary
@@ -574,3 +578,35 @@ def test_post_warmup_chunk_has_no_tuner_and_draws_the_same(tmp_path, monkeypatch
         np.testing.assert_array_equal(p, q)
     np.testing.assert_array_equal(summary.field_mean, ref_summary.field_mean)
     assert summary.tuned == ref_summary.tuned
+    # One program for both phases (what small runs get): the same bytes again.
+    with monkeypatch.context() as m:
+        traced, _ = _record_tuners(m)
+        one_sink, one_summary = run(tmp_path / "one", separate=False)
+    assert traced == {"_chunk_impl_both"}
+    c = one_sink.stacked_traces()
+    assert sorted(a) == sorted(c)
+    for name in a:
+        np.testing.assert_array_equal(a[name], c[name], err_msg=name)
+    np.testing.assert_array_equal(sink.stacked_fields(), one_sink.stacked_fields())
+    for p, q in zip(summary.latent_state, one_summary.latent_state, strict=True):
+        np.testing.assert_array_equal(p, q)
+    np.testing.assert_array_equal(summary.field_mean, one_summary.field_mean)
+    np.testing.assert_array_equal(summary.field_var, one_summary.field_var)
+
+
+def test_separate_sampling_program_rule():
+    """A post-warm-up program of its own when post-warm-up transitions x state elements
+    (all chains) reach 2**30; one program for smaller runs; the setting overrides."""
+    from fieldhmc.samplers.driver import separate_sampling_program_for
+
+    def rule(results, cells, chains=4, burnin=100):
+        s = SamplerSettings(num_results=results, num_chains=chains, num_burnin_steps=burnin)
+        return separate_sampling_program_for(s, cells)
+
+    assert rule(1024, 64**3) and not rule(1000, 64**3) and rule(200, 128**3)
+    assert not rule(10_000, 16**3) and not rule(40, 8**3)
+    assert rule(40, 8**3, burnin=0)  # no warm-up: one program either way
+    sampler = _short_sampler("hmc")
+    assert sampler._chunk is sampler._sampling_chunk  # a small run: one program
+    sampler = _short_sampler("hmc", separate_sampling_program=True)
+    assert sampler._chunk is not sampler._sampling_chunk
