@@ -569,29 +569,27 @@ def test_post_warmup_chunk_has_no_tuner_and_draws_the_same(tmp_path, monkeypatch
     with monkeypatch.context() as m:
         m.setattr(type(kinds.get(kind)), "sampling_kernel", lambda self, kernel: kernel)
         ref_sink, ref_summary = run(tmp_path / "tuned")
-    a, b = sink.stacked_traces(), ref_sink.stacked_traces()
-    assert sorted(a) == sorted(b)
-    for name in a:
-        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-    np.testing.assert_array_equal(sink.stacked_fields(), ref_sink.stacked_fields())
-    for p, q in zip(summary.latent_state, ref_summary.latent_state, strict=True):
-        np.testing.assert_array_equal(p, q)
-    np.testing.assert_array_equal(summary.field_mean, ref_summary.field_mean)
+    _assert_same_bytes(sink, summary, ref_sink, ref_summary)
     assert summary.tuned == ref_summary.tuned
     # One program for both phases (what small runs get): the same bytes again.
     with monkeypatch.context() as m:
         traced, _ = _record_tuners(m)
         one_sink, one_summary = run(tmp_path / "one", separate=False)
     assert traced == {"_chunk_impl_both"}
-    c = one_sink.stacked_traces()
-    assert sorted(a) == sorted(c)
+    _assert_same_bytes(sink, summary, one_sink, one_summary)
+
+
+def _assert_same_bytes(sink, summary, other_sink, other_summary):
+    """Two runs' traces, stored fields, final state and field moments are equal."""
+    a, b = sink.stacked_traces(), other_sink.stacked_traces()
+    assert sorted(a) == sorted(b)
     for name in a:
-        np.testing.assert_array_equal(a[name], c[name], err_msg=name)
-    np.testing.assert_array_equal(sink.stacked_fields(), one_sink.stacked_fields())
-    for p, q in zip(summary.latent_state, one_summary.latent_state, strict=True):
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    np.testing.assert_array_equal(sink.stacked_fields(), other_sink.stacked_fields())
+    for p, q in zip(summary.latent_state, other_summary.latent_state, strict=True):
         np.testing.assert_array_equal(p, q)
-    np.testing.assert_array_equal(summary.field_mean, one_summary.field_mean)
-    np.testing.assert_array_equal(summary.field_var, one_summary.field_var)
+    np.testing.assert_array_equal(summary.field_mean, other_summary.field_mean)
+    np.testing.assert_array_equal(summary.field_var, other_summary.field_var)
 
 
 def test_separate_sampling_program_rule():
