@@ -174,6 +174,19 @@ _TOLERANCE_WINDOWS = 4  # MCLMC stage 3: step re-set against desired_energy_var
 _MAX_STEP_CHANGE = 4.0  # per window, either way
 
 
+_SCALAR_TUNING = (
+    "time",
+    "x_average",
+    "step_size_max",
+    "log_step_size",
+    "log_step_size_avg",
+    "da_step",
+    "avg_error",
+    "mu",
+    "weight",
+)
+
+
 class MicrocanonicalTuning(NamedTuple):
     """Tuning state carried in the results (scalars are shared by all chains).
 
@@ -502,15 +515,25 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         return lp, list(g)
 
     def _maybe_tune(self, r, x, statistic, finite, dim):
-        """:meth:`_tune` during warm-up (its only caller); after it, or without warm-up,
-        the tuned values unchanged without computing the stages' field-sized moments (a
-        ``tf.cond``: XLA runs one branch)."""
+        """:meth:`_tune` (its only caller) on every transition when there is a warm-up; its
+        scalars held at their tuned values after it. Not under a ``tf.cond``: an XLA
+        conditional that passes the loop-carried moments and stage-3 buffer through copies
+        them twice per transition, which a driver program running warm-up and sampling
+        (``separate_sampling_program`` False) paid on every post-warm-up transition. After
+        warm-up every field-sized update is an identity (moments at weight 0) except the
+        stage-3 buffer's last row, which is never read again."""
         if self.num_adaptation_steps == 0:
             return r.step_size, r.trajectory_length, r.tuning
-        return tf.cond(
-            r.step < self.num_adaptation_steps,
-            lambda: self._tune(r, x, statistic, finite, dim),
-            lambda: (r.step_size, r.trajectory_length, r.tuning),
+        eps, big_l, tuning = self._tune(r, x, statistic, finite, dim)
+        warm = r.step < self.num_adaptation_steps
+        held = {
+            name: tf.where(warm, getattr(tuning, name), getattr(r.tuning, name))
+            for name in _SCALAR_TUNING
+        }
+        return (
+            tf.where(warm, eps, r.step_size),
+            tf.where(warm, big_l, r.trajectory_length),
+            tuning._replace(**held),
         )
 
     def bootstrap_results(self, init_state) -> MicrocanonicalResults:
@@ -705,7 +728,12 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         w = tf.where(in2 & all_finite, eps, tf.zeros([], dtype))
         tuning = self._field_ops.moments(tuning, x, w)
         if end2 - end1 > 1:
-            big_l = tf.where(t == end2 - 1, tf.sqrt(self._field_ops.total_variance(tuning)), big_l)
+            # a field-sized reduction: only on the transition that uses it
+            big_l = tf.cond(
+                t == end2 - 1,
+                lambda: tf.sqrt(self._field_ops.total_variance(tuning)),
+                lambda: big_l,
+            )
         # Stage 3: autocorrelation of a coordinate subset -> L = 0.4 eps tau.
         if end3 - end2 >= 2:
             tuning = self._field_ops.record(tuning, x, t - end2)
@@ -889,10 +917,15 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         w = tf.where(in2 & tf.reduce_all(finite), eps, tf.zeros([], dtype))
         tuning = self._field_ops.moments(tuning, x, w)
         if end2 - end1 > 1:
-            change = tf.clip_by_value(
-                1.3 * tf.sqrt(self._field_ops.total_variance(tuning)) / l_new, 0.0, 2.0
-            )
             at2 = t == end2 - 1
+            # a field-sized reduction: only on the transition that uses it
+            change = tf.cond(
+                at2,
+                lambda: tf.clip_by_value(
+                    1.3 * tf.sqrt(self._field_ops.total_variance(tuning)) / l_new, 0.0, 2.0
+                ),
+                lambda: tf.ones_like(l_new),
+            )
             l_new = tf.where(at2, l_new * change, l_new)
             # The dual-averaged step is kept (BlackJAX scales it with L, which at the
             # initial L / eps = 10 left stage 3 at a quarter of the accepted step).

@@ -198,7 +198,15 @@ def run_options(name):
     return kind, RUN_OPTIONS.get(metric, {})
 
 
-@pytest.fixture(scope="module", params=list(RUNS))
+# The dense block's exactness run is heavy statistics for a metric with no measured gain
+# (benchmarks/dense_params.py): slow, with its unit tests (test_dense_metric.py) by default.
+SLOW_RUNS = {"hmc+dense_params"}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(n, marks=pytest.mark.slow) if n in SLOW_RUNS else n for n in RUNS],
+)
 def run(request, problem):
     model, data, ref = problem
     chains, burnin, results = RUNS[request.param]
