@@ -387,6 +387,31 @@ def test_mclmc_field_moments_every_kth_transition_and_resume(tmp_path, field_sam
     assert resumed.field_moments_draws == full.field_moments_draws
 
 
+def test_one_program_copies_no_tuner_state(tmp_path, field_sampler):
+    """mclmc in one program for warm-up and sampling (a small run's default): the tuner's
+    per-chain moments and stage-3 buffer are not copied through a conditional on every
+    transition. Under a tf.cond on the warm-up count the optimized HLO held 3 copies of
+    the buffer (f32[12,4,25]) and 4 of [chains, D] (the moments; 1 is the state's)."""
+    import re
+    from collections import Counter
+
+    assert field_sampler._chunk is field_sampler._sampling_chunk  # one program
+    field_sampler.run(MemorySink(), tmp_path, _init(), progress=False)  # loads its state
+    args = (
+        [tf.constant(SD), tf.constant(np.float32(2.0))],
+        tf.zeros([4], tf.float64),
+        tf.zeros([4], tf.float64),
+        tf.constant([0, 0]),
+        tf.constant(0),
+        tf.constant(15),
+    )
+    hlo = field_sampler._chunk.experimental_get_compiler_ir(*args)(stage="optimized_hlo")
+    copies = Counter(re.findall(r"= (\w+\[[\d,]*\])\{[^}]*\} copy\(", hlo))
+    rows = 12  # stage 3: 0.3 of 40 warm-up transitions
+    assert copies[f"f32[{rows},4,{D + 1}]"] == 0, copies
+    assert copies[f"f32[4,{D}]"] <= 1, copies
+
+
 def test_power_and_tracked_modes_read_modes_fn(tmp_path, field_sampler):
     """With ``modes_fn`` the per-draw P(k) and tracked modes are computed from its output
     (here 2x, standing for a model's Fourier modes) on every stored draw, while the field
