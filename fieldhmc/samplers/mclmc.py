@@ -171,7 +171,8 @@ _ESS_COORDINATES = 512
 _DECAY = (150.0 - 1.0) / (150.0 + 1.0)  # BlackJAX num_effective_samples=150
 _TRUST = 1.5
 _TOLERANCE_WINDOWS = 4  # MCLMC stage 3: step re-set against desired_energy_var
-_MAX_STEP_CHANGE = 4.0  # per window, either way
+_MAX_STEP_CHANGE = 4.0  # per window, either way, unless a window is above _OVER x desired
+_OVER = 2.0  # MCLMC stage 3: a window above _OVER x desired_energy_var caps the step
 
 
 class MicrocanonicalTuning(NamedTuple):
@@ -761,21 +762,38 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         # the eps^6 law's factor to the step that meets the tolerance
         law = (desired / tf.maximum(measured, tf.constant(1e-30, dtype))) ** (1.0 / 6.0)
         factor = tf.clip_by_value(law, 1.0 / _MAX_STEP_CHANGE, _MAX_STEP_CHANGE)
-        # The last window's step is kept unless it is too large: a larger one would go
-        # unmeasured, and near the integrator's stability limit the eps^6 law breaks down.
-        factor = tf.where(t == end3 - 1, tf.minimum(factor, tf.ones([], dtype)), factor)
-        # A window clearly above the tolerance caps the step for the rest of warm-up at
-        # its eps^6-law value: where the posterior's scale moves along the chain (sampled
-        # hyperparameters under the prior metric) a short window can miss the large
-        # errors of a step that was already measured too large once.
-        over = done & (measured > 2.0 * desired)
-        cap = tf.where(over, tf.minimum(tuning.step_size_max, eps * law), tuning.step_size_max)
-        eps = tf.where(done, tf.minimum(eps * factor, cap), eps)
+        # The last window's step grows by at most _OVER^(1/6) (by the law, at most _OVER x
+        # the variance it measured): a larger step would go unmeasured, and near the
+        # integrator's stability limit the eps^6 law breaks down. Not kept as measured:
+        # a window after a step increase measures a transient above the stationary
+        # value (64³: 3.5e-4 at a step that then gave 2.4e-4 after warm-up).
+        factor = tf.where(
+            t == end3 - 1, tf.minimum(factor, tf.constant(_OVER ** (1.0 / 6.0), dtype)), factor
+        )
+        # A window clearly above the tolerance takes the step to its eps^6-law value at
+        # once (no clip), and no later window of warm-up may return above the step it
+        # measured. A window with a divergent transition (|dE| > MAX_ENERGY_ERROR or
+        # non-finite) caps the step at its law value instead: where the posterior's
+        # scale moves along the chain (sampled hyperparameters under the prior metric)
+        # a short window can miss the large errors of a step that already diverged once.
+        # Without divergences the law value is no cap: the window after a large step
+        # change measures a transient (at 64³ the first 15 transitions after a 1.5x
+        # increase saw 2.7x the stationary Var[dE]/d), and its law value would pin the
+        # step far below the tolerance for good.
+        over = done & (measured > _OVER * desired)
+        diverging = tf.reduce_any(~finite | (tf.abs(energy_change) > MAX_ENERGY_ERROR))
+        diverged = tf.maximum(
+            tf.where(restart, tf.zeros([], dtype), tuning.mu), tf.cast(diverging, dtype)
+        )  # 1 if a transition of the window so far diverged, else 0
+        ceiling = tf.where(diverged > 0, eps * law, eps)
+        cap = tf.where(over, tf.minimum(tuning.step_size_max, ceiling), tuning.step_size_max)
+        eps = tf.where(done, tf.minimum(tf.where(over, eps * law, eps * factor), cap), eps)
         tuning = _replace_if(
             in3,
             tuning,
             avg_error=tf.where(done, tf.zeros([], dtype), total),
             da_step=tf.where(done, tf.zeros([], dtype), count),
+            mu=tf.where(done, tf.zeros([], dtype), diverged),
             step_size_max=cap,
         )
         return eps, tuning
