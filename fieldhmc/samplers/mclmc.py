@@ -773,9 +773,8 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         factor = tf.clip_by_value(law, 1.0 / _MAX_STEP_CHANGE, _MAX_STEP_CHANGE)
         # The last window's step grows by at most _OVER^(1/6) (by the law, at most _OVER x
         # the variance it measured): a larger step would go unmeasured, and near the
-        # integrator's stability limit the eps^6 law breaks down. Not kept as measured:
-        # a window after a step increase measures a transient above the stationary
-        # value (64³: 3.5e-4 at a step that then gave 2.4e-4 after warm-up).
+        # integrator's stability limit the eps^6 law breaks down. Not only downwards: a
+        # window after a step increase measures a transient above the stationary value.
         factor = tf.where(
             t == end3 - 1, tf.minimum(factor, tf.constant(_OVER ** (1.0 / 6.0), dtype)), factor
         )
@@ -786,9 +785,9 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         # scale moves along the chain (sampled hyperparameters under the prior metric)
         # a short window can miss the large errors of a step that already diverged once.
         # Without divergences the law value is no cap: the window after a large step
-        # change measures a transient (at 64³ the first 15 transitions after a 1.5x
-        # increase saw 2.7x the stationary Var[dE]/d), and its law value would pin the
-        # step far below the tolerance for good.
+        # change measures a transient (the chains relax to the new step's stationary
+        # state over ~15-20 transitions, the excess growing with d), and its law value
+        # would pin the step far below the tolerance for good (benchmarks/README.md).
         over = done & (measured > _OVER * desired)
         diverging = tf.reduce_any(~finite | (tf.abs(energy_change) > MAX_ENERGY_ERROR))
         diverged = tf.maximum(
