@@ -70,12 +70,18 @@ MCLMC, warm-up split into stages of fractions ``(0.4, 0.3, 0.3)``:
    positive sequence, pooled over chains). Not in BlackJAX: the stage also measures
    :math:`\mathrm{Var}[\Delta E]/d` in 4 windows at stationarity and after each re-sets
    the step by :math:`(\text{desired}/\text{measured})^{1/6}` (at most 4x either way;
-   after the last window only downwards, so the kept step was measured; a window above
-   twice the tolerance caps it at its law value for the rest of warm-up), and
-   :math:`\epsilon` in the rule for :math:`L` is the stage's mean step. The
-   predictor of stages 1-2 remembers the chains' way in from the start (its memory is
-   most of a short warm-up), which left its step several times too small on field
-   posteriors and far too large on hierarchical ones under the prior metric.
+   after the last window at most :math:`2^{1/6}` up, so the kept step's variance is by
+   the law at most twice a measured one), and :math:`\epsilon` in the rule for
+   :math:`L` is the stage's mean step. A window above twice the tolerance takes the
+   step to its law value at once and caps it, for the rest of warm-up, at the step
+   that window measured, or at the law value if one of its transitions diverged
+   (:math:`|\Delta E| >` ``MAX_ENERGY_ERROR`` or non-finite). The predictor of stages
+   1-2 remembers the chains' way in from the start (its memory is most of a short
+   warm-up), which left its step several times too small on field posteriors and far
+   too large on hierarchical ones under the prior metric. The window after a large
+   step increase measures a transient above the stationary value (the chains relax to
+   the new step's stationary state over ~15-20 transitions; at 64³ 3.5x after a 3x
+   increase, negligible at 8³), so without a divergence its law value caps nothing.
 
 MAMS, stages ``(0.3, 0.2, 0.2, 0.3)``: (1) dual averaging of the step size to
 ``target_accept_prob`` (0.9 by default [5]; Nesterov's scheme as in Stan and
@@ -171,7 +177,8 @@ _ESS_COORDINATES = 512
 _DECAY = (150.0 - 1.0) / (150.0 + 1.0)  # BlackJAX num_effective_samples=150
 _TRUST = 1.5
 _TOLERANCE_WINDOWS = 4  # MCLMC stage 3: step re-set against desired_energy_var
-_MAX_STEP_CHANGE = 4.0  # per window, either way
+_MAX_STEP_CHANGE = 4.0  # per window, either way, unless a window is above _OVER x desired
+_OVER = 2.0  # MCLMC stage 3: a window above _OVER x desired_energy_var caps the step
 
 
 _SCALAR_TUNING = (
@@ -194,7 +201,8 @@ class MicrocanonicalTuning(NamedTuple):
     ``step_size_max``: cap after non-finite steps; ``log_step_size``,
     ``log_step_size_avg``, ``da_step``, ``avg_error``, ``mu``: dual averaging (MAMS;
     MCLMC's stage 3 keeps its windowed sum and count of Var[dE]/d in ``avg_error``
-    and ``da_step``, and the sum of its step sizes in ``log_step_size_avg``);
+    and ``da_step``, whether the window has diverged in ``mu``, and the sum of its
+    step sizes in ``log_step_size_avg``);
     ``weight``, ``mean``, ``m2``: step-size-weighted Welford moments per chain
     (``[chains, ...]`` per part); ``buffer``: ``[n3, chains, K]`` positions of a
     coordinate subset for the autocorrelation estimate of ``L``.
@@ -769,10 +777,12 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         :math:`\epsilon \leftarrow \epsilon\,(\mathrm{desired}/\mathrm{measured})^{1/6}`
         (the :math:`\epsilon^6` law of the predictor), the factor clipped to
         ``[1/_MAX_STEP_CHANGE, _MAX_STEP_CHANGE]`` per window and the step to
-        ``step_size_max``; after the last window the step may only shrink, so the
-        step the run keeps has been measured. A window above twice the tolerance lowers
-        ``step_size_max`` to its law value for the rest of warm-up. Uses the MAMS-only
-        ``avg_error`` (sum) and ``da_step`` (count) of the tuning state.
+        ``step_size_max``; after the last window the step grows by at most
+        ``_OVER^(1/6)``. A window above ``_OVER`` times the tolerance sets the step to
+        its law value (unclipped) and lowers ``step_size_max`` for the rest of warm-up
+        to the window's step, or to the law value if a transition of the window
+        diverged. Uses the MAMS-only ``avg_error`` (sum), ``da_step`` (count) and ``mu``
+        (1 if the window has diverged so far, else 0) of the tuning state.
         """
         end2, end3 = self.stage_ends[1], self.stage_ends[2]
         dtype = eps.dtype
@@ -789,21 +799,37 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         # the eps^6 law's factor to the step that meets the tolerance
         law = (desired / tf.maximum(measured, tf.constant(1e-30, dtype))) ** (1.0 / 6.0)
         factor = tf.clip_by_value(law, 1.0 / _MAX_STEP_CHANGE, _MAX_STEP_CHANGE)
-        # The last window's step is kept unless it is too large: a larger one would go
-        # unmeasured, and near the integrator's stability limit the eps^6 law breaks down.
-        factor = tf.where(t == end3 - 1, tf.minimum(factor, tf.ones([], dtype)), factor)
-        # A window clearly above the tolerance caps the step for the rest of warm-up at
-        # its eps^6-law value: where the posterior's scale moves along the chain (sampled
-        # hyperparameters under the prior metric) a short window can miss the large
-        # errors of a step that was already measured too large once.
-        over = done & (measured > 2.0 * desired)
-        cap = tf.where(over, tf.minimum(tuning.step_size_max, eps * law), tuning.step_size_max)
-        eps = tf.where(done, tf.minimum(eps * factor, cap), eps)
+        # The last window's step grows by at most _OVER^(1/6) (by the law, at most _OVER x
+        # the variance it measured): a larger step would go unmeasured, and near the
+        # integrator's stability limit the eps^6 law breaks down. Not only downwards: a
+        # window after a step increase measures a transient above the stationary value.
+        factor = tf.where(
+            t == end3 - 1, tf.minimum(factor, tf.constant(_OVER ** (1.0 / 6.0), dtype)), factor
+        )
+        # A window clearly above the tolerance takes the step to its eps^6-law value at
+        # once (no clip), and no later window of warm-up may return above the step it
+        # measured. A window with a divergent transition (|dE| > MAX_ENERGY_ERROR or
+        # non-finite) caps the step at its law value instead: where the posterior's
+        # scale moves along the chain (sampled hyperparameters under the prior metric)
+        # a short window can miss the large errors of a step that already diverged once.
+        # Without divergences the law value is no cap: the window after a large step
+        # change measures a transient (the chains relax to the new step's stationary
+        # state over ~15-20 transitions, the excess growing with d), and its law value
+        # would pin the step far below the tolerance for good (benchmarks/README.md).
+        over = done & (measured > _OVER * desired)
+        diverging = tf.reduce_any(~finite | (tf.abs(energy_change) > MAX_ENERGY_ERROR))
+        diverged = tf.maximum(
+            tf.where(restart, tf.zeros([], dtype), tuning.mu), tf.cast(diverging, dtype)
+        )  # 1 if a transition of the window so far diverged, else 0
+        ceiling = tf.where(diverged > 0, eps * law, eps)
+        cap = tf.where(over, tf.minimum(tuning.step_size_max, ceiling), tuning.step_size_max)
+        eps = tf.where(done, tf.minimum(tf.where(over, eps * law, eps * factor), cap), eps)
         tuning = _replace_if(
             in3,
             tuning,
             avg_error=tf.where(done, tf.zeros([], dtype), total),
             da_step=tf.where(done, tf.zeros([], dtype), count),
+            mu=tf.where(done, tf.zeros([], dtype), diverged),
             step_size_max=cap,
         )
         return eps, tuning

@@ -2,10 +2,12 @@
 
 Stage 3 measures Var[dE]/d (pooled over chains) in windows and after each multiplies
 the step by ``(desired / measured)^(1/6)``, clipped to a factor 4 either way per window,
-and after the last window only downwards. The predictor of stages 1-2 averages over the
-chains' way in from the start: it left Var[dE]/d from 0.3x (32³, noise 2) to 6e-7x
-(8³, noise 0.05) of ``desired_energy_var`` on plain field posteriors, and far above it
-on hierarchical targets under the prior metric. The end-to-end tests check the tuned
+and after the last window by at most ``2^(1/6)`` upwards. The predictor of stages 1-2
+averages over the chains' way in from the start: it left Var[dE]/d from 0.3x (32³, noise
+2) to 6e-7x (8³, noise 0.05) of ``desired_energy_var`` on plain field posteriors, and far
+above it on hierarchical targets under the prior metric. A window above twice the
+tolerance takes the step to its law value and caps it at the window's step, at the law
+value if a transition of the window diverged. The end-to-end tests check the tuned
 kernel lands within 2x of the tolerance; they fail on the one-sided tuner it replaced.
 The variance bias at the re-set step is checked in ``test_posterior.py``.
 """
@@ -59,7 +61,8 @@ def test_step_moves_by_the_eps6_law_per_window(kernel, dtype):
     steps = _walk(kernel, ratio=64.0 / 729.0, dtype=dtype)  # (729/64)^(1/6) = 1.5
     assert steps[6] == 0.5 and steps[7] == pytest.approx(0.75)
     assert steps[15] == pytest.approx(0.5 * 1.5**2) and steps[23] == pytest.approx(0.5 * 1.5**3)
-    assert steps[-1] == steps[23]  # the last window's step may only shrink: it stays measured
+    # the last window's step grows by 2^(1/6) at most (by the law, 2x the measured variance)
+    assert steps[-1] == pytest.approx(steps[23] * 2.0 ** (1.0 / 6.0))
     steps = _walk(kernel, ratio=4.0, dtype=dtype)
     assert steps[7] == pytest.approx(0.5 / 4.0 ** (1.0 / 6.0))
     assert steps[-1] == pytest.approx(0.5 / 4.0 ** (4.0 / 6.0))
@@ -70,22 +73,66 @@ def test_step_growth_is_clipped_per_window(kernel):
     assert _walk(kernel, ratio=1.0) == pytest.approx([0.5] * 30)
 
 
+def _windows(kernel, errors, t0, tuning, eps):
+    """``_meet_tolerance`` over stage-3 transitions ``t0, t0 + 1, ...``, fed the per-chain
+    energy errors ``errors[i]`` (float64)."""
+    check = tf.function(kernel._meet_tolerance, autograph=False)
+    ok = tf.fill([CHAINS], True)
+    for i, error in enumerate(errors):
+        error = tf.constant(np.broadcast_to(error, [CHAINS]), tf.float64)
+        eps, tuning = check(tf.constant(t0 + i), eps, error, ok, DIM, tuning)
+    return eps, tuning
+
+
+def _error(ratio: float) -> float:
+    """The energy error with ``dE^2/d = ratio * desired``."""
+    return float(np.sqrt(ratio * DESIRED * DIM))
+
+
 def test_a_window_above_the_tolerance_caps_the_step(kernel):
-    """Above 2x the tolerance the step goes to its eps^6-law value at once (a cap for the
-    rest of warm-up), so a later window that happens to see small errors cannot take
-    it back up past a step measured too large."""
-    steps = _walk(kernel, ratio=1e12)
+    """Above 2x the tolerance the step goes to its eps^6-law value at once, and no later
+    window of warm-up takes it back above the step measured too large (a window that
+    happens to see small errors); above its law value if no transition diverged."""
+    steps = _walk(kernel, ratio=1e12)  # dE = 1.8e5: divergent
     assert steps[7] == pytest.approx(0.5 * 1e-2)
     _, end2, _ = kernel.stage_ends
     results = kernel.bootstrap_results(tf.zeros([CHAINS, DIM], tf.float64))
-    tuning, eps = results.tuning, tf.constant(0.5, tf.float64)
-    check = tf.function(kernel._meet_tolerance, autograph=False)
-    ok = tf.fill([CHAINS], True)
-    for t in range(end2, end2 + 16):  # a window at 64x the tolerance, then one at 1e-6 x
-        ratio = 64.0 if t < end2 + 8 else 1e-6
-        error = tf.fill([CHAINS], tf.constant(np.sqrt(ratio * DESIRED * DIM), tf.float64))
-        eps, tuning = check(tf.constant(t), eps, error, ok, DIM, tuning)
-    assert float(eps) == pytest.approx(0.25)  # halved (64^(1/6) = 2), then held at the cap
+    start = (results.tuning, tf.constant(0.5, tf.float64))
+    # a window at 64x the tolerance (no divergence), then one at 1e-6 x
+    errors = [_error(64.0)] * 8 + [_error(1e-6)] * 8
+    eps, tuning = _windows(kernel, errors, end2, *start)
+    assert float(eps) == pytest.approx(0.5)  # halved (64^(1/6) = 2), then held at the cap
+    assert float(tuning.step_size_max) == pytest.approx(0.5)
+    # the same with one divergent transition (|dE| > MAX_ENERGY_ERROR) in the first window
+    divergent = [1500.0, 0.0, 0.0, 0.0]
+    measured = 1500.0**2 / CHAINS / 8 / DIM / DESIRED  # Var[dE]/d over desired
+    law = 0.5 * measured ** (-1.0 / 6.0)
+    eps, tuning = _windows(kernel, [divergent] + [0.0] * 7 + [_error(1e-6)] * 8, end2, *start)
+    assert float(eps) == pytest.approx(law) and float(tuning.step_size_max) == pytest.approx(law)
+
+
+def test_a_transient_window_does_not_pin_the_step(kernel):
+    """64³ Gaussian field (benchmarks/microcanonical.py, 200 warm-up): the predictor left
+    the step 3x short; the re-set after the first window overshot, and the next window,
+    the first 15 transitions at the larger step, measured 3.5x the stationary Var[dE]/d
+    (the chains relax to the new step's stationary state over ~15-20 transitions; the
+    excess grows with d and is negligible at 8³). Fed that sequence (stationary
+    Var[dE]/d = desired (eps/eps*)^6, first window at 0.6x that, second at 3.5x), the kept
+    step must meet the tolerance within 2x. The tuner that capped the step at the
+    transient window's law value kept 0.81 eps* (0.29x the tolerance; 64³: 1.1-1.6e-4
+    for 5e-4 requested)."""
+    _, end2, end3 = kernel.stage_ends
+    window = (end3 - end2 + 3) // 4
+    target = 0.3
+    results = kernel.bootstrap_results(tf.zeros([CHAINS, DIM], tf.float64))
+    tuning, eps = results.tuning, tf.constant(target * 0.44 / 1.2, tf.float64)
+    excess = [0.6, 3.5, 1.0, 1.0]
+    for k in range(4):
+        ratio = (float(eps) / target) ** 6 * excess[k]
+        n = min(window, end3 - end2 - k * window)
+        eps, tuning = _windows(kernel, [_error(ratio)] * n, end2 + k * window, tuning, eps)
+    kept = (float(eps) / target) ** 6
+    assert 0.5 <= kept <= 2.0, kept
 
 
 def test_non_finite_steps_count_as_large_errors(kernel):
@@ -118,8 +165,8 @@ def _tuned_run(model, data, desired, num_results, seed):
     return float(np.mean(np.square(error)) / model.grid.num_cells)
 
 
-def _check_within_2x(shape, desired, sigma):
-    grid = models.Grid(shape, 100.0 * shape[0] / 8)
+def _check_within_2x(shape, desired, sigma, cell=12.5):
+    grid = models.Grid(shape, cell * shape[0])
     model = models.GaussianFieldModel(
         grid, models.PowerLaw(1000.0, -1.5, 0.1), sigma=sigma, dtype=tf.float64
     )
@@ -136,6 +183,17 @@ def test_tuned_energy_error_is_within_2x_of_the_tolerance():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape,sigma,desired", [((8, 8, 8), 2.0, 2e-3), ((32, 32, 32), 2.0, 5e-4)])
-def test_tuned_energy_error_is_within_2x_of_the_tolerance_slow(shape, sigma, desired):
-    _check_within_2x(shape, desired, sigma)
+@pytest.mark.parametrize(
+    "shape,sigma,desired,cell",
+    [
+        ((8, 8, 8), 2.0, 2e-3, 12.5),
+        ((32, 32, 32), 2.0, 5e-4, 12.5),
+        # benchmarks/microcanonical.py's 64³ model: the predictor leaves the step 3x
+        # short and the window after the first re-set measures a transient (see
+        # test_a_transient_window_does_not_pin_the_step); the tuner that capped the step
+        # at that window's law value left 1.1-1.6e-4
+        ((64, 64, 64), 2.0, 5e-4, 100.0 / 32.0),
+    ],
+)
+def test_tuned_energy_error_is_within_2x_of_the_tolerance_slow(shape, sigma, desired, cell):
+    _check_within_2x(shape, desired, sigma, cell)

@@ -262,7 +262,7 @@ def mclmc_bias(model, data, mean, var, desired_energy_var, num_results=2000, fie
 
 # (loose, tight) Var[dE]/d pairs where the tuned step is set by the tolerance. With the
 # slab mask the step that would give 1e-2 is past the integrator's stability limit (the
-# eps^6 law breaks down there): the tuner's last-window rule keeps a measured step, b^2
+# eps^6 law breaks down there): the tuner's last-window rule stays near a measured step, b^2
 # at 1e-2 came out 8.5e-4 +- 3e-5 against 4.6e-4 at 1e-3: not measurable at a tenth of 1e-2.
 BIAS_TOLERANCES = {False: (1e-2, 1e-3), True: (1e-3, 1e-4)}
 
