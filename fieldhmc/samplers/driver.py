@@ -11,10 +11,10 @@ warm-up). The warm-up one carries the kind's tuner (and the latent moments of
 ``adapt_diagonal``) and computes no field outputs; the post-warm-up one runs the kind's
 :meth:`~fieldhmc.samplers.kinds.SamplerKind.sampling_kernel` -- the same transitions at
 the tuned parameters, without the tuner's code -- and computes each field output only
-on the transitions that feed it. One program for both phases kept each phase's work
-under conditionals, and XLA copies a loop-carried buffer that a conditional passes
-through: mclmc / mams copied their tuner's per-chain moments twice per transition
-after warm-up.
+on the transitions that feed it. Small runs use one program for both phases
+(:func:`separate_sampling_program_for`), with each phase's field outputs and latent
+moments under conditionals on the phase: XLA copies a loop-carried buffer that a
+conditional passes through, which a second compile is not worth in a small run.
 
 Seeds: step ``t`` (counted over warm-up and sampling) uses
 ``stateless_fold_in(seed, t)``, independent of chunking, so a resumed run replays
@@ -669,9 +669,10 @@ class Sampler:
         # computes no field outputs, sampling no tuner and no latent moments: an XLA
         # conditional that passes a loop-carried buffer through copies it (twice per
         # transition: into the conditional's result and back into the loop's buffer) --
-        # for mclmc / mams the tuner's per-chain moments, for every kind the field
-        # moments. "both": one program with those conditionals, for runs too small for
-        # the copies to outweigh a second compile (separate_sampling_program_for).
+        # for every kind the field moments, with adapt_diagonal the latent moments (the
+        # microcanonical tuners run unconditionally, held after warm-up: no copies).
+        # "both": one program with those conditionals, for runs too small for the
+        # copies to outweigh a second compile (separate_sampling_program_for).
         s = self.settings
         carry = self._carry
         to_x = self._to_x_fn(scales)
@@ -1256,12 +1257,12 @@ def _all(tensor, predicate):
 def separate_sampling_program_for(settings: SamplerSettings, latent_size: int) -> bool:
     """Whether a run gets a post-warm-up program of its own (``separate_sampling_program``
     None): when its post-warm-up transitions times the state's elements (all chains)
-    reach 2**30, e.g. 1,024 draws of 4 chains at 64³. The one-program alternative copies
-    the tuner's and the field moments' state through conditionals on every transition
-    (field-sized at most a few times); the second program costs a second XLA compile
-    (seconds to tens of seconds), which is most of a short or small run: the default
-    test suite (mostly 8³ runs) took 737 s with two programs everywhere, 611 s with
-    this rule."""
+    reach 2**30, e.g. 1,024 draws of 4 chains at 64³. The one-program alternative runs
+    the tuner's code (held after warm-up), keeps the field outputs under conditionals on
+    the phase and copies the latent moments of ``adapt_diagonal`` through one on every
+    transition; the second program costs a second XLA compile (seconds to tens of seconds), which is most of a short or small
+    run: the default test suite (mostly 8³ runs) took 737 s with two programs
+    everywhere, 611 s with this rule."""
     if settings.num_burnin_steps == 0:
         return True  # one program either way
     work = settings.num_results * settings.num_chains * latent_size
