@@ -1260,9 +1260,9 @@ def separate_sampling_program_for(settings: SamplerSettings, latent_size: int) -
     reach 2**30, e.g. 1,024 draws of 4 chains at 64³. The one-program alternative runs
     the tuner's code (held after warm-up), keeps the field outputs under conditionals on
     the phase and copies the latent moments of ``adapt_diagonal`` through one on every
-    transition; the second program costs a second XLA compile (seconds to tens of seconds), which is most of a short or small
-    run: the default test suite (mostly 8³ runs) took 737 s with two programs
-    everywhere, 611 s with this rule."""
+    transition; the second program costs a second XLA compile (seconds to tens of
+    seconds), which is most of a short or small run: the default test suite (mostly 8³
+    runs) took 737 s with two programs everywhere, 611 s with this rule."""
     if settings.num_burnin_steps == 0:
         return True  # one program either way
     work = settings.num_results * settings.num_chains * latent_size
