@@ -247,6 +247,38 @@ def _timer(fn, *args):
     return run
 
 
+def _per_seed(tuner_fn, run_fn, flat, seeds, record) -> list[PeerRun]:
+    """One run per seed, the tuner and the sampling loop compiled once, ahead of time.
+
+    ``tuner_fn(flat, keys)`` returns its outputs with the count of tuning steps last;
+    ``run_fn(*those_outputs_but_the_last, key)`` the sampling loop's.
+    ``record(tuned, sampled, sampling_seconds)`` gives the :class:`PeerRun` fields
+    other than its three timings.
+    """
+    chains = flat.shape[0]
+    start = time.perf_counter()
+    tuner = _timer(tuner_fn, flat, _per_chain_keys(seeds[0], chains))
+    sampler = None
+    out = []
+    for seed in seeds:
+        tuned, warmup_seconds = tuner(flat, _per_chain_keys(seed, chains))
+        key = jax.random.PRNGKey(seed + 1)
+        if sampler is None:
+            sampler = _timer(run_fn, *tuned[:-1], key)
+        sampled, seconds = sampler(*tuned[:-1], key)
+        fields = record(tuned, sampled, seconds)
+        out.append(
+            PeerRun(
+                **fields,
+                seconds=time.perf_counter() - start,
+                warmup_seconds=warmup_seconds,
+                sampling_seconds=seconds,
+            )
+        )
+        start = time.perf_counter()
+    return out
+
+
 def sample_mclmc(
     logdensity,
     u0: np.ndarray,
@@ -306,36 +338,24 @@ def sample_mclmc(
 
         return jax.lax.scan(stored, states, jax.random.split(key, num_results // thin))[1]
 
-    start = time.perf_counter()
-    tuner = _timer(jax.vmap(tune), flat, _per_chain_keys(seeds[0], chains))
-    sampler = None
-    out = []
-    for seed in seeds:
-        (states, params, tune_steps), warmup_seconds = tuner(flat, _per_chain_keys(seed, chains))
+    def record(tuned, sampled, seconds):
+        _, params, tune_steps = tuned
+        positions, energy = sampled
         tune_steps = int(np.asarray(tune_steps).reshape(-1)[0])
-        key = jax.random.PRNGKey(seed + 1)
-        if sampler is None:
-            sampler = _timer(run, states, params, key)
-        (positions, energy), seconds = sampler(states, params, key)
         transitions = (num_results // thin) * thin
         batched = 2 * transitions
-        out.append(
-            PeerRun(
-                draws=np.moveaxis(np.asarray(positions), 0, 1),
-                warmup_grads=2 * tune_steps * chains,
-                grads=batched * chains,
-                step_size=float(np.mean(params.step_size)),
-                trajectory_length=float(np.mean(params.L)),
-                energy_error=np.asarray(energy).reshape(transitions, chains),
-                accept=float("nan"),
-                ms_per_gradient=1e3 * seconds / batched,
-                seconds=time.perf_counter() - start,
-                warmup_seconds=warmup_seconds,
-                sampling_seconds=seconds,
-            )
+        return dict(
+            draws=np.moveaxis(np.asarray(positions), 0, 1),
+            warmup_grads=2 * tune_steps * chains,
+            grads=batched * chains,
+            step_size=float(np.mean(params.step_size)),
+            trajectory_length=float(np.mean(params.L)),
+            energy_error=np.asarray(energy).reshape(transitions, chains),
+            accept=float("nan"),
+            ms_per_gradient=1e3 * seconds / batched,
         )
-        start = time.perf_counter()
-    return out
+
+    return _per_seed(jax.vmap(tune), run, flat, seeds, record)
 
 
 def _num_steps(key, avg):
@@ -413,34 +433,22 @@ def sample_adjusted_mclmc(
 
         return jax.lax.scan(stored, states, jax.random.split(key, num_results // thin))[1]
 
-    start = time.perf_counter()
-    tuner = _timer(jax.vmap(tune), flat, _per_chain_keys(seeds[0], chains))
-    sampler = None
-    out = []
-    for seed in seeds:
-        (states, params, tune_steps), warmup_seconds = tuner(flat, _per_chain_keys(seed, chains))
-        key = jax.random.PRNGKey(seed + 1)
-        if sampler is None:
-            sampler = _timer(run, states, params, key)
-        (positions, steps, accept), seconds = sampler(states, params, key)
+    def record(tuned, sampled, seconds):
+        _, params, tune_steps = tuned
+        positions, steps, accept = sampled
         chain_grads = 2 * int(np.asarray(steps).sum())
-        out.append(
-            PeerRun(
-                draws=np.moveaxis(np.asarray(positions), 0, 1),
-                warmup_grads=2 * int(np.asarray(tune_steps).sum()),
-                grads=chain_grads,
-                step_size=float(np.mean(params.step_size)),
-                trajectory_length=float(np.mean(params.L)),
-                energy_error=np.full((num_results // thin * thin, chains), np.nan),
-                accept=float(np.mean(accept)),
-                ms_per_gradient=1e3 * seconds * chains / chain_grads,
-                seconds=time.perf_counter() - start,
-                warmup_seconds=warmup_seconds,
-                sampling_seconds=seconds,
-            )
+        return dict(
+            draws=np.moveaxis(np.asarray(positions), 0, 1),
+            warmup_grads=2 * int(np.asarray(tune_steps).sum()),
+            grads=chain_grads,
+            step_size=float(np.mean(params.step_size)),
+            trajectory_length=float(np.mean(params.L)),
+            energy_error=np.full((num_results // thin * thin, chains), np.nan),
+            accept=float(np.mean(accept)),
+            ms_per_gradient=1e3 * seconds * chains / chain_grads,
         )
-        start = time.perf_counter()
-    return out
+
+    return _per_seed(jax.vmap(tune), run, flat, seeds, record)
 
 
 def sample_nuts_window(
@@ -496,34 +504,22 @@ def sample_nuts_window(
 
         return jax.lax.scan(transition, states, jax.random.split(key, num_results))[1]
 
-    start = time.perf_counter()
-    tuner = _timer(warmup, flat, _per_chain_keys(seeds[0], chains))
-    sampler = None
-    out = []
-    for seed in seeds:
-        (states, eps, imm, warm_steps), warmup_seconds = tuner(flat, _per_chain_keys(seed, chains))
-        key = jax.random.PRNGKey(seed + 1)
-        if sampler is None:
-            sampler = _timer(run, states, eps, imm, key)
-        (positions, steps, accept), seconds = sampler(states, eps, imm, key)
+    def record(tuned, sampled, seconds):
+        _, eps, _, warm_steps = tuned
+        positions, steps, accept = sampled
         chain_grads = int(np.asarray(steps).sum())
-        out.append(
-            PeerRun(
-                draws=np.moveaxis(np.asarray(positions), 0, 1),
-                warmup_grads=int(np.asarray(warm_steps).sum()),
-                grads=chain_grads,
-                step_size=float(np.mean(eps)),
-                trajectory_length=float("nan"),
-                energy_error=np.full((num_results, chains), np.nan),
-                accept=float(np.mean(accept)),
-                ms_per_gradient=1e3 * seconds * chains / chain_grads,
-                seconds=time.perf_counter() - start,
-                warmup_seconds=warmup_seconds,
-                sampling_seconds=seconds,
-            )
+        return dict(
+            draws=np.moveaxis(np.asarray(positions), 0, 1),
+            warmup_grads=int(np.asarray(warm_steps).sum()),
+            grads=chain_grads,
+            step_size=float(np.mean(eps)),
+            trajectory_length=float("nan"),
+            energy_error=np.full((num_results, chains), np.nan),
+            accept=float(np.mean(accept)),
+            ms_per_gradient=1e3 * seconds * chains / chain_grads,
         )
-        start = time.perf_counter()
-    return out
+
+    return _per_seed(warmup, run, flat, seeds, record)
 
 
 def fixed_runners(logdensity, u0: np.ndarray, step_size: float, big_l: float, num_steps: int):
