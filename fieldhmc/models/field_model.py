@@ -540,13 +540,18 @@ class FieldModel(abc.ABC):
             ``[..., n0, n1, n2]`` in the model dtype, dimensionless.
         """
         field, hp = self._unpack(latents)
-        # Made once (eagerly, see _constants) and kept: the compiled chunk traces this in
-        # its loop and again in a cond, and each trace would capture its own copy. As
-        # embedded constants they held 13-16 fields at 256³ after the first chunk.
+        c = self._kept_field_only_constants()
+        return self._delta(field, hp, c)  # 'conditional' raises: it needs the data
+
+    def _kept_field_only_constants(self) -> dict:
+        """``_constants(field_only=True)``, made once (eagerly, see _constants) and kept:
+        the compiled chunk traces the field (and its modes) in its loop and again in a
+        cond, and each trace would capture its own copy. As embedded constants they held
+        13-16 fields at 256³ after the first chunk."""
         c = self.__dict__.get("_field_only_constants")
         if c is None:
             c = self._field_only_constants = self._constants(field_only=True)
-        return self._delta(field, hp, c)  # 'conditional' raises: it needs the data
+        return c
 
     def modes_from_latents(self, *latents) -> tf.Tensor:
         """:math:`F = \\mathrm{rfft3d}(\\delta)` of :meth:`field_from_latents`, made in
@@ -558,9 +563,7 @@ class FieldModel(abc.ABC):
         ``rfft3d(field_from_latents(...))`` up to rounding, one FFT pair cheaper.
         """
         field, hp = self._unpack(latents)
-        c = self.__dict__.get("_field_only_constants")
-        if c is None:
-            c = self._field_only_constants = self._constants(field_only=True)
+        c = self._kept_field_only_constants()
         return self._modes(field, hp, c, factor=math.sqrt(self.grid.num_cells))
 
     def latents_from_field(self, delta, *, data=None, **hyperparameters) -> tf.Tensor:
