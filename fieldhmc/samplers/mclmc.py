@@ -181,19 +181,6 @@ _MAX_STEP_CHANGE = 4.0  # per window, either way, unless a window is above _OVER
 _OVER = 2.0  # MCLMC stage 3: a window above _OVER x desired_energy_var caps the step
 
 
-_SCALAR_TUNING = (
-    "time",
-    "x_average",
-    "step_size_max",
-    "log_step_size",
-    "log_step_size_avg",
-    "da_step",
-    "avg_error",
-    "mu",
-    "weight",
-)
-
-
 class MicrocanonicalTuning(NamedTuple):
     """Tuning state carried in the results (scalars are shared by all chains).
 
@@ -220,6 +207,10 @@ class MicrocanonicalTuning(NamedTuple):
     mean: list
     m2: list
     buffer: tf.Tensor
+
+
+# the fields shared by all chains (held after warm-up); the rest are per-chain arrays
+_SCALAR_TUNING = tuple(f for f in MicrocanonicalTuning._fields if f not in ("mean", "m2", "buffer"))
 
 
 class MicrocanonicalResults(NamedTuple):
