@@ -435,7 +435,9 @@ def mode_names(indices: np.ndarray) -> list[str]:
 def _field_outputs(config: cfg.Config, model, target_fn=None):
     """The driver's field outputs. P(k) and the tracked modes are read from the field's
     Fourier modes made from the latents (``modes_from_latents``), not from an FFT of
-    the field: a stored draw whose field is not kept costs no transform."""
+    the field: a stored draw whose field is not kept costs no transform. When the
+    modes are a fixed scale of the latent (``packed_modes_scale``), from its packed
+    modes (:class:`~fieldhmc.models.PackedSpectrum`): no complex modes are made."""
     import tensorflow as tf
 
     from fieldhmc import models
@@ -445,6 +447,22 @@ def _field_outputs(config: cfg.Config, model, target_fn=None):
     kbins = grid.kbins()
     idx = tracked_mode_indices(grid, config.outputs.tracked_modes)
     source = target_fn if hasattr(target_fn, "modes_from_latents") else model
+    scale = source.packed_modes_scale() if hasattr(source, "packed_modes_scale") else None
+    if scale is not None:
+        packed = models.PackedSpectrum(grid, kbins, idx)
+        field_index = list(model.latent_names).index("field")
+
+        def packed_modes(*x_parts):
+            return tf.cast(x_parts[field_index], scale.dtype) * scale
+
+        return FieldOutputs(
+            field_fn=source.field_from_latents,
+            power_fn=packed.power,
+            tracked_fn=packed.tracked if len(idx) else None,
+            store_fields=config.outputs.store_fields,
+            modes_fn=packed_modes,
+            modes_of_field=packed.of_field,
+        )
 
     def power_fn(modes):
         return models.power_of_modes(modes, grid, kbins).power

@@ -331,3 +331,33 @@ def test_run_with_nothing_in_the_posterior_group(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["metadata"]["sampler"] == "mclmc"
     assert (out / "report.txt").exists() and (out / "plots" / "traces.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("config", "packed"), [("quickstart.yaml", True), ("hierarchical_64.yaml", False)]
+)
+def test_field_outputs_read_packed_modes_when_the_map_is_fixed(config, packed):
+    """The sampler's per-draw P(k) and tracked modes: from the packed modes (the field
+    latent times a fixed scale) when nothing but the field is sampled, else from the
+    complex modes; either way the numbers of the field's rfft3d (8³)."""
+    import tensorflow as tf
+
+    from fieldhmc import models
+
+    c = load_config(ROOT / "configs" / config, ["grid.shape=[8,8,8]"])
+    model = workflow.build_model(c)
+    draw = model.sample(seed=[3, 4], sample_shape=2)
+    fo = workflow._field_outputs(c, model, model.target_log_prob_fn(draw["data"][0]))
+    latents = [draw[n] for n in model.latent_names]
+    spectral = fo.modes_fn(*latents)
+    assert spectral.dtype.is_complex is not packed
+    field = fo.field_fn(*latents)
+    modes = tf.signal.rfft3d(field).numpy()
+    expected = models.measure_power(field, model.grid).power.numpy()
+    for got in (spectral, fo.spectral_of_field(field)):
+        np.testing.assert_allclose(fo.power_fn(got).numpy(), expected, rtol=2e-5)
+        idx = workflow.tracked_mode_indices(model.grid, c.outputs.tracked_modes)
+        tracked = modes[:, idx[:, 0], idx[:, 1], idx[:, 2]]
+        np.testing.assert_allclose(
+            fo.tracked_fn(got).numpy(), tracked, rtol=0, atol=2e-5 * np.abs(tracked).max()
+        )

@@ -66,6 +66,7 @@ from fieldhmc.models.power import (
     TurnoverPowerLaw,
 )
 from fieldhmc.models.power_estimator import (
+    PackedSpectrum,
     PowerSpectrumEstimate,
     expected_binned_power,
     measure_cross_power,
@@ -120,6 +121,7 @@ __all__ = [
     "LognormalPoissonLikelihood",
     "LognormalPoissonModel",
     "NormalPrior",
+    "PackedSpectrum",
     "PowerLaw",
     "PowerSpectrum",
     "PowerSpectrumEstimate",

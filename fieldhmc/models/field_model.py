@@ -566,6 +566,30 @@ class FieldModel(abc.ABC):
         c = self._kept_field_only_constants()
         return self._modes(field, hp, c, factor=math.sqrt(self.grid.num_cells))
 
+    def packed_modes_scale(self) -> tf.Tensor | None:
+        r"""The per-coordinate scale ``a`` with ``packed modes = a * field latent``, or None.
+
+        The packed modes are :math:`y = \mathrm{real\_from\_modes}(F)` of
+        :meth:`modes_from_latents`' :math:`F`
+        (:class:`~fieldhmc.models.PackedSpectrum`). When no scalar is sampled and the
+        parametrisation needs no data, :math:`F` is a fixed real scale of each packed
+        latent's bin, so ``y`` is the latent times ``a`` (``[n0, n1, n2]``, model
+        dtype, made once and kept): the sampler's per-draw P(k) and tracked modes then
+        cost a product and a segment sum. None when the map moves with the parameters
+        or needs the data (the ``conditional`` mean)."""
+        if self.hyper_names or self.has_data_in_latent:
+            return None
+        if "_packed_modes_scale" not in self.__dict__:
+            c = self._kept_field_only_constants()
+            factor = math.sqrt(self.grid.num_cells)
+            with tf.init_scope():  # an eager input of the traces, see _constants
+                ones = tf.ones(self.grid.grid_shape, self.dtype)
+                scale = self.packing.real_from_modes(self._modes(ones, {}, c, factor))
+                offset = self._modes(tf.zeros_like(ones), {}, c, factor)
+                linear = not np.any(np.abs(offset.numpy()) > 0)
+            self._packed_modes_scale = scale if linear else None
+        return self._packed_modes_scale
+
     def latents_from_field(self, delta, *, data=None, **hyperparameters) -> tf.Tensor:
         """The ``"field"`` latent that maps to :math:`\\delta` (its mean-mode coordinate 0).
 
@@ -1163,6 +1187,10 @@ class PinnedTarget:
         field, hp = self.model._unpack(latents)
         factor = math.sqrt(self.model.grid.num_cells)
         return self.model._modes(field, hp, self._constants, factor, self._data_constants())
+
+    def packed_modes_scale(self) -> tf.Tensor | None:
+        """:meth:`FieldModel.packed_modes_scale` (None when the data enter the latent)."""
+        return None if self.model.has_data_in_latent else self.model.packed_modes_scale()
 
 
 class RepinnableTarget(PinnedTarget):

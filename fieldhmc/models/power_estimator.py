@@ -34,9 +34,10 @@ import numpy as np
 import tensorflow as tf
 
 from fieldhmc.models.grid import Grid, KBins
-from fieldhmc.ops import rfft3d
+from fieldhmc.ops import HermitianPacking, rfft3d
 
 __all__ = [
+    "PackedSpectrum",
     "PowerSpectrumEstimate",
     "expected_binned_power",
     "measure_cross_power",
@@ -265,3 +266,97 @@ def expected_binned_power(
         mean = np.where(num > 0, s1 / num, np.nan)
         var = np.where(num > 0, 2.0 * s2 / num**2, np.nan)
     return mean, var
+
+
+class PackedSpectrum:
+    r"""Binned P(k) and chosen Fourier modes read from a field's *packed* modes.
+
+    The packed modes of a field are the reals
+    :math:`y = \mathrm{real\_from\_modes}(\mathrm{rfft3d}(\delta))`
+    (:class:`~fieldhmc.ops.HermitianPacking`: ``N`` reals, each the real or imaginary
+    part of one half-spectrum bin, with :math:`\sum_k w_k |F_k|^2 = |y|^2` bin by bin).
+    So :math:`\hat P_b` is a weighted sum of :math:`y_j^2` over the reals of bin ``b``
+    (one segment sum; no complex half-spectrum is made), and a mode is a combination of
+    at most two reals. A model whose modes are a fixed per-coordinate scale of its latent
+    (:meth:`~fieldhmc.models.FieldModel.packed_modes_scale`) gives ``y`` in one product:
+    the sampler's per-draw P(k) and tracked modes then skip the packing of the modes,
+    most of their cost (``benchmarks/README.md``).
+
+    Parameters
+    ----------
+    grid : Grid
+    kbins : KBins
+    tracked : array of int, optional
+        ``[T, 3]`` half-spectrum indices of the modes :meth:`tracked` returns.
+    """
+
+    def __init__(self, grid: Grid, kbins: KBins, tracked=None):
+        self.grid, self.kbins = grid, kbins
+        self.packing = HermitianPacking(grid.grid_shape)
+        mode_of_real = self.packing.mode_of_real
+        nb = kbins.num_bins
+        index = kbins.index.reshape(-1)[mode_of_real]
+        # Excluded reals (k = 0, out-of-range modes) go to an extra segment, dropped.
+        self._segment = np.where(index >= 0, index, nb).astype(np.int32)
+        scale = np.where(kbins.num_modes > 0, 1.0 / np.maximum(kbins.num_modes, 1.0), np.nan)
+        self._bin_scale = scale * grid.volume / float(grid.num_cells) ** 2
+        self.tracked_indices = np.zeros((0, 3), np.int64) if tracked is None else tracked
+        self._tracked = self._tracked_coefficients(np.asarray(self.tracked_indices))
+
+    def _tracked_coefficients(self, idx: np.ndarray):
+        """Per tracked mode the (at most two) reals it is made of and their complex
+        coefficients, read off two packings of indicator vectors (the map is local)."""
+        if not len(idx):
+            return None
+        n0, n1, m = self.packing.modes_shape
+        flat = (idx[:, 0] * n1 + idx[:, 1]) * m + idx[:, 2]
+        # A bin on a self-paired plane that is not its pair's owner holds no real:
+        # its reals are its partner's, (-k0, -k1, k2).
+        partner = ((-idx[:, 0]) % n0 * n1 + (-idx[:, 1]) % n1) * m + idx[:, 2]
+        mode_of_real = self.packing.mode_of_real
+        reals = np.zeros((len(idx), 2), np.int64)
+        count = np.zeros(len(idx), np.int64)
+        for t, (k, p) in enumerate(zip(flat, partner, strict=True)):
+            own = np.flatnonzero(mode_of_real == k)
+            own = own if len(own) else np.flatnonzero(mode_of_real == p)
+            reals[t, : len(own)] = own
+            count[t] = len(own)
+        probes = np.zeros((2, mode_of_real.size))
+        probes[0, reals[:, 0]] = 1.0
+        probes[1, reals[count == 2, 1]] = 1.0
+        packed = self.packing.modes_from_real(
+            tf.constant(probes.reshape(2, *self.grid.grid_shape), tf.float64)
+        )
+        at = np.asarray(tf.reshape(packed, [2, -1]).numpy())[:, flat]  # [2, T] complex
+        at[1, count < 2] = 0.0
+        return reals, at
+
+    def of_field(self, field) -> tf.Tensor:
+        """Packed modes ``[..., n0, n1, n2]`` of real fields ``[..., n0, n1, n2]``."""
+        return self.packing.real_from_modes(rfft3d(tf.convert_to_tensor(field)))
+
+    def power(self, y) -> tf.Tensor:
+        r"""``[..., num_bins]`` binned :math:`\hat P_b` (as :func:`power_of_modes`) of
+        packed modes ``y`` ``[..., n0, n1, n2]``, in ``y``'s dtype."""
+        y = tf.convert_to_tensor(y)
+        nd, nb = len(self.grid.grid_shape), self.kbins.num_bins
+        batch = tf.shape(y)[: tf.rank(y) - nd]
+        flat = tf.reshape(y * y, [-1, self._segment.size])
+        with tf.init_scope():  # eager inputs, not embedded constants (FieldModel._constants)
+            segment = tf.constant(self._segment)
+            bin_scale = tf.constant(self._bin_scale, y.dtype)
+        sums = tf.math.unsorted_segment_sum(tf.transpose(flat), segment, nb + 1)[:nb]
+        return tf.reshape(tf.transpose(sums) * bin_scale, tf.concat([batch, [nb]], 0))
+
+    def tracked(self, y) -> tf.Tensor:
+        r"""``[..., T]`` complex: the tracked modes of :math:`\mathrm{rfft3d}(\delta)`."""
+        y = tf.convert_to_tensor(y)
+        reals, coef = self._tracked
+        nd = len(self.grid.grid_shape)
+        flat = tf.reshape(y, tf.concat([tf.shape(y)[: tf.rank(y) - nd], [-1]], 0))
+        re = im = 0.0
+        for j in range(2):
+            part = tf.gather(flat, reals[:, j], axis=-1)
+            re = re + part * tf.constant(coef[j].real, y.dtype)
+            im = im + part * tf.constant(coef[j].imag, y.dtype)
+        return tf.complex(re, im)

@@ -172,10 +172,14 @@ class FieldOutputs:
     store_fields : bool
         Keep every ``field_thin``-th field draw.
     modes_fn : callable, optional
-        ``(*x_parts) -> rfft3d(field) [chains, n0, n1, n2 // 2 + 1]`` made without the
-        field (e.g. :meth:`~fieldhmc.models.FieldModel.modes_from_latents`); then
-        ``power_fn`` and ``tracked_fn`` take these modes, and a draw whose field is
-        neither stored nor in the running moments costs no transform.
+        ``(*x_parts) -> modes`` made without the field: ``rfft3d(field)`` ``[chains, n0,
+        n1, n2 // 2 + 1]`` (e.g. :meth:`~fieldhmc.models.FieldModel.modes_from_latents`)
+        or another representation of it that ``modes_of_field`` makes from a field (the
+        packed modes of :class:`~fieldhmc.models.PackedSpectrum`); then ``power_fn`` and
+        ``tracked_fn`` take these modes, and a draw whose field is neither stored nor in
+        the running moments costs no transform.
+    modes_of_field : callable
+        ``field -> modes`` as ``modes_fn`` makes them (default ``rfft3d``).
     """
 
     field_fn: Callable[..., tf.Tensor]
@@ -183,6 +187,7 @@ class FieldOutputs:
     tracked_fn: Callable[[tf.Tensor], tf.Tensor] | None = None
     store_fields: bool = True
     modes_fn: Callable[..., tf.Tensor] | None = None
+    modes_of_field: Callable[[tf.Tensor], tf.Tensor] = rfft3d
 
     def spectral_input(self, field_fn: Callable[[], tf.Tensor], x_parts: Callable[[], list]):
         """What ``power_fn`` and ``tracked_fn`` read: the modes, or the field (a thunk)."""
@@ -191,7 +196,7 @@ class FieldOutputs:
     def spectral_of_field(self, field) -> tf.Tensor:
         """What ``power_fn`` and ``tracked_fn`` read for a given field (e.g. the truth)."""
         field = tf.convert_to_tensor(field)
-        return rfft3d(field) if self.modes_fn is not None else field
+        return self.modes_of_field(field) if self.modes_fn is not None else field
 
 
 @dataclass(frozen=True)

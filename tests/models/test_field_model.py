@@ -281,6 +281,25 @@ def test_modes_from_latents_is_the_rfft_of_the_field(parametrization, hyper):
         np.testing.assert_allclose(got, expected, atol=1e-12 * scale)
 
 
+@pytest.mark.parametrize("parametrization", PARAMETRIZATIONS)
+@pytest.mark.parametrize("hyper", [False, True])
+def test_packed_modes_scale_packs_modes_from_latents(parametrization, hyper):
+    """The per-draw P(k)'s shortcut: with nothing sampled but the field (and no data in
+    the latent) the packed modes of modes_from_latents are the field latent times a
+    fixed scale; otherwise there is no such scale (None), on odd and even grids."""
+    for grid_key in ("odd", "even"):
+        model, _ = build_model(grid_key, "gaussian", parametrization, hyper)
+        scale = model.packed_modes_scale()
+        if hyper or model.has_data_in_latent:
+            assert scale is None
+            continue
+        _, _, latents = _draw(model)
+        modes = model.modes_from_latents(*latents)
+        expected = model.packing.real_from_modes(modes).numpy()
+        got = (scale * latents[list(model.latent_names).index("field")]).numpy()
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12 * np.abs(expected).max())
+
+
 def test_wrong_number_of_latents():
     model, _ = build_model("odd", "gaussian", "noncentred", True)
     _, data, latents = _draw(model)
