@@ -209,10 +209,6 @@ class MicrocanonicalTuning(NamedTuple):
     buffer: tf.Tensor
 
 
-# the fields shared by all chains (held after warm-up); the rest are per-chain arrays
-_SCALAR_TUNING = tuple(f for f in MicrocanonicalTuning._fields if f not in ("mean", "m2", "buffer"))
-
-
 class MicrocanonicalResults(NamedTuple):
     """Kernel results of the microcanonical kernels (batch shape ``B`` = chains).
 
@@ -514,26 +510,28 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         return lp, list(g)
 
     def _maybe_tune(self, r, x, statistic, finite, dim):
-        """:meth:`_tune` (its only caller) on every transition when there is a warm-up; its
-        scalars held at their tuned values after it. Not under a ``tf.cond``: an XLA
-        conditional that passes the loop-carried moments and stage-3 buffer through copies
-        them twice per transition, which a driver program running warm-up and sampling
-        (``separate_sampling_program`` False) paid on every post-warm-up transition. After
-        warm-up every field-sized update is an identity (moments at weight 0) except the
-        stage-3 buffer's last row, which is never read again."""
+        """:meth:`_tune` (its only caller) on warm-up transitions; after warm-up the step,
+        L and the tuner's state stay as tuned and no tuner code runs. The conditional is
+        a ``tf.while_loop`` of zero or one trips, not a ``tf.cond``: an XLA conditional
+        copies the loop-carried moments and stage-3 buffer it passes through (twice per
+        transition, on every post-warm-up transition of a driver program that runs
+        warm-up and sampling, ``separate_sampling_program`` False), while a loop updates
+        its state in place."""
         if self.num_adaptation_steps == 0:
             return r.step_size, r.trajectory_length, r.tuning
-        eps, big_l, tuning = self._tune(r, x, statistic, finite, dim)
-        warm = r.step < self.num_adaptation_steps
-        held = {
-            name: tf.where(warm, getattr(tuning, name), getattr(r.tuning, name))
-            for name in _SCALAR_TUNING
-        }
-        return (
-            tf.where(warm, eps, r.step_size),
-            tf.where(warm, big_l, r.trajectory_length),
-            tuning._replace(**held),
+        trips = tf.cast(r.step < self.num_adaptation_steps, tf.int32)
+
+        def tune(j, eps, big_l, tuning):
+            now = r._replace(step_size=eps, trajectory_length=big_l, tuning=tuning)
+            return (j + 1, *self._tune(now, x, statistic, finite, dim))
+
+        _, eps, big_l, tuning = tf.while_loop(
+            lambda j, *_: j < trips,
+            tune,
+            (tf.constant(0), r.step_size, r.trajectory_length, r.tuning),
+            maximum_iterations=1,
         )
+        return eps, big_l, tuning
 
     def bootstrap_results(self, init_state) -> MicrocanonicalResults:
         x = [tf.convert_to_tensor(p) for p in tf.nest.flatten(init_state)]
