@@ -780,13 +780,8 @@ class Sampler:
                     is_moment = _all(sampling_step, is_moment)
                     keep = _all(sampling_step, keep)
                 field_for_trace = is_trace if fo.modes_fn is None else False
-                field = _cond(
-                    _any(field_for_trace, is_moment, keep),
-                    lambda: fo.field_fn(*x_parts()),
-                    lambda: tf.zeros([chains, *x_shape], dtype),
-                )
 
-                def field_stats():
+                def field_stats(field=None):
                     spectral = fo.spectral_input(lambda: field, x_parts)
                     out = [tf.cast(fo.power_fn(spectral), tf.float64)]
                     if fo.tracked_fn is not None:
@@ -803,35 +798,51 @@ class Sampler:
                         out += [tf.zeros_like(bufs["tracked_real"][0])] * 2
                     return out
 
-                out = _cond(is_trace, field_stats, no_field_stats)
+                def traced(predicate):
+                    # A predicate known at trace time to be True still goes in the graph:
+                    # the same loops in the post-warm-up program as in the one-program
+                    # chunk, whose draws it reproduces to the bit (fused into the body
+                    # instead, the float32 moments rounded 1 ulp differently).
+                    return after >= 0 if predicate is True else predicate
+
+                # The field, and what reads it, only on the transitions that need it:
+                # inside a loop of zero or one trips (_loop_if), which updates the moments
+                # and the stored-field buffer in place. A tf.cond materialised a zero field
+                # on the others and copied the moments through itself, and the buffer's
+                # slot was rewritten every transition (~3 field passes per transition).
+                def with_field(state):
+                    field = fo.field_fn(*x_parts())
+                    state = dict(state)
+                    if "stats" in state:
+                        state["stats"] = _cond(
+                            field_for_trace, lambda: field_stats(field), no_field_stats
+                        )
+                    state["fw"] = _loop_if(
+                        traced(is_moment), lambda fw: _welford_update(fw, [field]), state["fw"]
+                    )
+                    if fo.store_fields:
+                        # Slot `nfields` takes a kept draw (the last slot once all are
+                        # kept: chunks never keep more than there are slots).
+                        nfields = state["nfields"]
+                        slot = tf.minimum(nfields, nslots - 1)
+                        state["field_buf"] = _loop_if(
+                            traced(keep), lambda buf: write(buf, slot, field), state["field_buf"]
+                        )
+                        state["nfields"] = nfields + tf.cast(keep, tf.int32)
+                    return state
+
+                state = {k: carried[k] for k in ("fw", "field_buf", "nfields") if k in carried}
+                if fo.modes_fn is None:  # P(k) and tracked modes read the field
+                    state["stats"] = no_field_stats()
+                state = _loop_if(traced(_any(field_for_trace, is_moment, keep)), with_field, state)
+                if fo.modes_fn is None:
+                    out = state.pop("stats")
+                else:
+                    out = _cond(is_trace, field_stats, no_field_stats)
+                carried.update(state)
                 values["power"] = out[0]
                 if fo.tracked_fn is not None:
                     values["tracked_real"], values["tracked_imag"] = out[1], out[2]
-                fw = carried["fw"]
-                # Under a conditional even at a cadence of 1 (a predicate XLA cannot fold):
-                # fused into the loop body, the float32 update rounded 1 ulp differently.
-                carried["fw"] = tf.cond(
-                    after >= 0 if is_moment is True else is_moment,
-                    lambda: _welford_update(fw, [field]),
-                    lambda: fw,
-                )
-                if fo.store_fields:
-                    # Always write slot `nfields` (the last one once all are kept: chunks
-                    # never keep more than there are slots); it only advances, and only
-                    # takes the new draw, when the draw is kept. No spare slot needed.
-                    field_buf, nfields = carried["field_buf"], carried["nfields"]
-                    slot = tf.minimum(nfields, nslots - 1)
-                    if keep is True:
-                        new = field
-                    else:
-                        old = xla.dynamic_slice(
-                            field_buf,
-                            tf.concat([[slot], tf.zeros([field_buf.shape.rank - 1], tf.int32)], 0),
-                            [1, *field_buf.shape[1:]],
-                        )[0]
-                        new = tf.where(keep, field, old)
-                    carried["field_buf"] = write(field_buf, slot, new)
-                    carried["nfields"] = nfields + tf.cast(keep, tf.int32)
             if "lw" in carried:  # adapt_diagonal: every warm-up transition
 
                 def latent_moments(lw=carried["lw"]):
@@ -1282,6 +1293,22 @@ def _any(*predicates):
     if not tensors:
         return False
     return functools.reduce(tf.logical_or, tensors)
+
+
+def _loop_if(predicate, fn, state):
+    """``fn(state)`` if ``predicate`` else ``state``: a ``tf.while_loop`` of zero or one
+    trips (a Python bool decides at trace time). Unlike a ``tf.cond``, XLA updates a
+    loop's state in place: a conditional copies the buffers it passes through."""
+    if isinstance(predicate, bool):
+        return fn(state) if predicate else state
+    trips = tf.cast(predicate, tf.int32)
+    _, state = tf.while_loop(
+        lambda j, _: j < trips,
+        lambda j, st: (j + 1, fn(st)),
+        (tf.constant(0), state),
+        maximum_iterations=1,
+    )
+    return state
 
 
 def _cond(predicate, true_fn, false_fn):
