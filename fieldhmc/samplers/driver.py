@@ -12,9 +12,11 @@ warm-up). The warm-up one carries the kind's tuner (and the latent moments of
 :meth:`~fieldhmc.samplers.kinds.SamplerKind.sampling_kernel` -- the same transitions at
 the tuned parameters, without the tuner's code -- and computes each field output only
 on the transitions that feed it. Small runs use one program for both phases
-(:func:`separate_sampling_program_for`), with each phase's field outputs and latent
-moments under conditionals on the phase: XLA copies a loop-carried buffer that a
-conditional passes through, which a second compile is not worth in a small run.
+(:func:`separate_sampling_program_for`), with each phase's field outputs, latent
+moments and tuner inside loops of zero or one trips on the phase (``_loop_if``; XLA
+copies a loop-carried buffer that a ``tf.cond`` passes through, but updates a loop's
+state in place): what is left of the tuner's cost, a few scalar predicates per
+transition, is not worth a second compile in a small run.
 
 Seeds: step ``t`` (counted over warm-up and sampling) uses
 ``stateless_fold_in(seed, t)``, independent of chunking, so a resumed run replays
@@ -853,10 +855,8 @@ class Sampler:
                         return [*_welford_update(lw[:-2], x64), *moments]
                     return _welford_update(lw, x64)
 
-                if phase == "both":
-                    carried["lw"] = tf.cond(
-                        step < num_burnin, latent_moments, lambda lw=carried["lw"]: list(lw)
-                    )
+                if phase == "both":  # a loop, not a tf.cond: no copy after warm-up
+                    carried["lw"] = _loop_if(step < num_burnin, latent_moments, carried["lw"])
                 else:
                     carried["lw"] = latent_moments()
             for name, value in values.items():
@@ -1273,12 +1273,12 @@ def _all(tensor, predicate):
 def separate_sampling_program_for(settings: SamplerSettings, latent_size: int) -> bool:
     """Whether a run gets a post-warm-up program of its own (``separate_sampling_program``
     None): when its post-warm-up transitions times the state's elements (all chains)
-    reach 2**30, e.g. 1,024 draws of 4 chains at 64³. The one-program alternative runs
-    the tuner's code (held after warm-up), keeps the field outputs under conditionals on
-    the phase and copies the latent moments of ``adapt_diagonal`` through one on every
-    transition; the second program costs a second XLA compile (seconds to tens of
-    seconds), which is most of a short or small run: the default test suite (mostly 8³
-    runs) took 737 s with two programs everywhere, 611 s with this rule."""
+    reach 2**30, e.g. 1,024 draws of 4 chains at 64³. The one-program alternative
+    carries the tuner and the latent moments of ``adapt_diagonal`` (skipped after
+    warm-up) and decides the field outputs on the phase as well as on their cadences;
+    the second program costs a second XLA compile (seconds to tens of seconds), which
+    is most of a short or small run: the default test suite (mostly 8³ runs) took 737 s
+    with two programs everywhere, 611 s with this rule."""
     if settings.num_burnin_steps == 0:
         return True  # one program either way
     work = settings.num_results * settings.num_chains * latent_size
