@@ -119,6 +119,34 @@ posteriors (``tests/samplers/test_mams_tuning.py``):
   :math:`L/\sqrt d` at 1.3 (31 and 92 gradients per min-ESS unmasked / masked)
   where the slowest coordinate takes it to the cap 2.6 (18 and 28).
 
+MAMS' convergence stop (``warmup_stop="converged"``; ``"fixed"``, the kernel's default,
+runs the stages above): the stages keep their order and their fixed-count lengths become
+maxima, so warm-up never exceeds ``num_adaptation_steps``; each ends early once the
+estimate it hands on has converged, checked every ``_CHECK_WINDOW`` (10) transitions of
+the stage and required at ``_PASSES`` (2) consecutive checks, so a stage lasts at least
+20 transitions (one lucky window does not end it):
+
+* stages 1 and 4: the dual-averaged log step (the step the stage hands on) moved by less
+  than ``_STEP_CHANGE`` (0.1, a 10% step change) over each of the two windows. A step
+  10% off moves :math:`1 - \bar a` by ~20% (:math:`\propto \epsilon^2` for a
+  second-order integrator), e.g. 0.9 to 0.88 or 0.92, and the gradients per ESS of MAMS
+  are flat to that within noise; the average moves ~0.2 per window while the iterate
+  still travels, so the criterion does not fire before it settles;
+* stage 2: the relative Monte Carlo error of :math:`\sum_i \mathrm{Var}[x_i]` below
+  ``_VARIANCE_ERROR`` (5%). The error is the standard error of the mean of the chains'
+  own within-chain totals (independent chains: honest whatever the autocorrelation;
+  infinite with one chain, which then runs the stage's maximum). 5% in the variance is
+  2.5% in :math:`L`, against the factor 2 by which stage 3 may still change it;
+* stage 3: its buffer filled (its fixed length: the autocorrelation time is estimated
+  over the whole buffer).
+
+The tuner then reports itself done (``tuning.stage`` 4, ``tuning.stage_start`` the
+first post-warm-up step) and holds its values; the driver
+(:mod:`fieldhmc.samplers.driver`) ends warm-up at that transition and starts sampling.
+A warm-up with a stage shorter than 2 transitions, and the mesh path, run the fixed
+schedule. Stopping saves the warm-up transitions the estimates did not need: the later
+stages (longer ``L``) cost the most gradients per transition.
+
 All tuning state is in the kernel results, so a checkpointed and resumed run tunes
 exactly as an uninterrupted one.
 
