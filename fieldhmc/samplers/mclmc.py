@@ -210,9 +210,11 @@ _OVER = 2.0  # MCLMC stage 3: a window above _OVER x desired_energy_var caps the
 # MAMS' convergence stop (warmup_stop="converged"; see the module docstring)
 WARMUP_STOPS = ("converged", "fixed")
 _CHECK_WINDOW = 10  # transitions between two convergence checks of a stage
-_STEP_CHANGE = 0.1  # stages 1 and 4: |change of the averaged log step| over a window
+_STEP_CHANGE = 0.1  # stages 1 and 4: |change of the window-mean log step| between windows
+_ACCEPT_ERROR = 0.05  # stages 1 and 4: |window acceptance - target|
+_PASSES_STEP = 1  # stages 1 and 4: checks to pass (each compares two windows)
 _VARIANCE_ERROR = 0.05  # stage 2: relative Monte Carlo error of sum_i Var[x_i]
-_PASSES = 2  # consecutive checks a stage's estimate must pass
+_PASSES = 2  # stage 2: consecutive checks to pass
 
 
 class MicrocanonicalTuning(NamedTuple):
@@ -252,6 +254,8 @@ class MicrocanonicalTuning(NamedTuple):
     stage_start: tf.Tensor | None = None
     passes: tf.Tensor | None = None
     reference: tf.Tensor | None = None
+    window_sum: tf.Tensor | None = None
+    accept_sum: tf.Tensor | None = None
 
 
 # the fields shared by all chains (held after warm-up); the rest are per-chain arrays
@@ -626,6 +630,8 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
             stage_start=tf.zeros([], tf.int32),
             passes=tf.zeros([], tf.int32),
             reference=tf.math.log(eps),
+            window_sum=zero,
+            accept_sum=zero,
         )
         return MicrocanonicalResults(
             target_log_prob=lp,
@@ -1004,13 +1010,22 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         # End of stages 1 and 4: the averaged step size.
         final = tf.exp(tuning.log_step_size_avg)
         if converging:
-            # Stages 1 and 4 converge when the averaged log step moved by less than
-            # _STEP_CHANGE over each of the last _PASSES windows.
+            # Stages 1 and 4 converge when a window's mean log step (of the iterates) is
+            # within _STEP_CHANGE of the previous window's and its acceptance within
+            # _ACCEPT_ERROR of the target. The step handed on is the dual average, as
+            # at the fixed count: the convergence check decides when, not what.
+            window_sum = tf.where(adapting, tuning.window_sum + log_eps, tuning.window_sum)
+            accept_sum = tf.where(adapting, tuning.accept_sum + acc, tuning.accept_sum)
             check_da = adapting & checked
-            steady = tf.abs(tuning.log_step_size_avg - tuning.reference) < _STEP_CHANGE
+            window_mean = window_sum / _CHECK_WINDOW
+            steady = (tf.abs(window_mean - tuning.reference) < _STEP_CHANGE) & (
+                tf.abs(accept_sum / _CHECK_WINDOW - target) < _ACCEPT_ERROR
+            )
             passes = tf.where(check_da, tf.where(steady, tuning.passes + 1, 0), tuning.passes)
-            reference = tf.where(check_da, tuning.log_step_size_avg, tuning.reference)
-            done_da = passes >= _PASSES
+            reference = tf.where(check_da, window_mean, tuning.reference)
+            window_sum = tf.where(check_da, tf.zeros_like(window_sum), window_sum)
+            accept_sum = tf.where(check_da, tf.zeros_like(accept_sum), accept_sum)
+            done_da = check_da & (passes >= _PASSES_STEP)
             last1 = in1 & ((since == end1 - 1) | done_da)
             last4 = in4 & ((since == end4 - end3 - 1) | done_da)
         else:
@@ -1097,6 +1112,8 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
                 stage_start=tf.where(ended, t + 1, tuning.stage_start),
                 passes=tf.where(ended, 0, passes),
                 reference=tf.where(ended, tf.math.log(eps_new), reference),
+                window_sum=tf.where(ended, tf.zeros_like(window_sum), window_sum),
+                accept_sum=tf.where(ended, tf.zeros_like(accept_sum), accept_sum),
             )
         return eps_new, l_new, tuning
 
