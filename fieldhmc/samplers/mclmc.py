@@ -123,20 +123,24 @@ MAMS' convergence stop (``warmup_stop="converged"``; ``"fixed"``, the kernel's d
 runs the stages above): the stages keep their order and their fixed-count lengths become
 maxima, so warm-up never exceeds ``num_adaptation_steps``; each ends early once the
 estimate it hands on has converged, checked every ``_CHECK_WINDOW`` (10) transitions of
-the stage and required at ``_PASSES`` (2) consecutive checks, so a stage lasts at least
-20 transitions (one lucky window does not end it):
+the stage:
 
-* stages 1 and 4: the dual-averaged log step (the step the stage hands on) moved by less
-  than ``_STEP_CHANGE`` (0.1, a 10% step change) over each of the two windows. A step
-  10% off moves :math:`1 - \bar a` by ~20% (:math:`\propto \epsilon^2` for a
-  second-order integrator), e.g. 0.9 to 0.88 or 0.92, and the gradients per ESS of MAMS
-  are flat to that within noise; the average moves ~0.2 per window while the iterate
-  still travels, so the criterion does not fire before it settles;
+* stages 1 and 4: the mean of the dual-averaging iterates' log step over a window is
+  within ``_STEP_CHANGE`` (0.1) of the previous window's (the first window is compared
+  with the stage's starting step), and the window's acceptance, pooled over chains, is
+  within ``_ACCEPT_ERROR`` (0.05) of ``target_accept_prob``; the step handed on is the
+  dual average, as at the fixed count (the check decides when, not what). A step 10% off
+  moves :math:`1 - \bar a` by ~20% (:math:`\propto \epsilon^2` for a second-order
+  integrator), e.g. 0.9 to 0.88 or 0.92, within which MAMS' gradients per ESS are flat
+  within noise; 0.05 is about twice the standard error of a window's acceptance (4 chains
+  x 10 transitions), so a window still far off the target does not pass;
 * stage 2: the relative Monte Carlo error of :math:`\sum_i \mathrm{Var}[x_i]` below
-  ``_VARIANCE_ERROR`` (5%). The error is the standard error of the mean of the chains'
-  own within-chain totals (independent chains: honest whatever the autocorrelation;
-  infinite with one chain, which then runs the stage's maximum). 5% in the variance is
-  2.5% in :math:`L`, against the factor 2 by which stage 3 may still change it;
+  ``_VARIANCE_ERROR`` (5%) at ``_PASSES`` (2) consecutive checks (the error estimate
+  has chains - 1 degrees of freedom: one check can be lucky). The error is the standard
+  error of the mean of the chains' own within-chain totals (independent chains: honest
+  whatever the autocorrelation, and large while the chains still disagree, i.e. travel
+  in; infinite with one chain, which then runs the stage's maximum). 5% in the variance
+  is 2.5% in :math:`L`, against the factor 2 by which stage 3 may still change it;
 * stage 3: its buffer filled (its fixed length: the autocorrelation time is estimated
   over the whole buffer).
 
@@ -144,8 +148,11 @@ The tuner then reports itself done (``tuning.stage`` 4, ``tuning.stage_start`` t
 first post-warm-up step) and holds its values; the driver
 (:mod:`fieldhmc.samplers.driver`) ends warm-up at that transition and starts sampling.
 A warm-up with a stage shorter than 2 transitions, and the mesh path, run the fixed
-schedule. Stopping saves the warm-up transitions the estimates did not need: the later
-stages (longer ``L``) cost the most gradients per transition.
+schedule. Stopping saves the warm-up transitions the estimates did not need; the later
+stages (longer ``L``) cost the most gradients per transition. Warm-up is also the
+chains' burn-in: the stage-2 check (the chains agree on the variance) is what keeps a
+short one honest, and the exactness test (``tests/samplers/test_posterior.py``) runs
+the draws after the stop.
 
 All tuning state is in the kernel results, so a checkpointed and resumed run tunes
 exactly as an uninterrupted one.
@@ -233,9 +240,10 @@ class MicrocanonicalTuning(NamedTuple):
     MAMS' convergence stop (``warmup_stop="converged"``; unused otherwise): ``stage``
     (int32, 0-3 tuning, 4 done), ``stage_start`` (int32, the step its stage began; once
     done, the first post-warm-up step), ``passes`` (int32, consecutive convergence
-    checks passed) and ``reference`` (the averaged log step at the last check). They
-    default to None for the mesh path, which builds the nine scalars above itself and
-    runs the fixed schedule.
+    checks passed), ``reference`` (stages 1 and 4: the last window's mean log step),
+    ``window_sum`` and ``accept_sum`` (the current window's sums of log steps and
+    acceptances). They default to None for the mesh path, which builds the nine scalars
+    above itself and runs the fixed schedule.
     """
 
     time: tf.Tensor
