@@ -28,7 +28,7 @@ def target(x):
     return -0.5 * tf.reduce_sum(tf.square(x / SD), axis=-1)
 
 
-def _sampler(warmup_stop: str) -> Sampler:
+def _sampler(warmup_stop: str, **kw) -> Sampler:
     settings = SamplerSettings(
         kind="mams",
         num_chains=4,
@@ -37,6 +37,7 @@ def _sampler(warmup_stop: str) -> Sampler:
         chunk_size=CHUNK,
         seed=5,
         warmup_stop=warmup_stop,
+        **kw,
     )
     return Sampler(target, settings, ["x"], [np.ones(D, np.float32)])
 
@@ -98,6 +99,20 @@ def test_resume_across_the_stop_is_bit_identical(tmp_path, converged, resumer, c
         assert a.tobytes() == b.tobytes()
     assert full.tuned == resumed.tuned
     assert full.warmup_gradient_evaluations == resumed.warmup_gradient_evaluations
+
+
+def test_separate_sampling_program_draws_the_same(tmp_path, converged):
+    """Warm-up and sampling as two programs (the warm-up one stops where the tuner
+    converged, the sampling one has no tuner): the same bytes as one program."""
+    _, full, traces = converged
+    sampler = _sampler("converged", separate_sampling_program=True)
+    assert sampler._chunk is not sampler._sampling_chunk
+    out, traces_2 = _run(sampler, tmp_path)
+    assert out.num_warmup_steps == full.num_warmup_steps
+    for name in traces:
+        assert traces[name].tobytes() == traces_2[name].tobytes(), name
+    for a, b in zip(full.latent_state, out.latent_state, strict=True):
+        assert a.tobytes() == b.tobytes()
 
 
 def test_fixed_runs_the_whole_count(tmp_path, converged):
