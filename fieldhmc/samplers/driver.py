@@ -1031,6 +1031,14 @@ class Sampler:
             tf.constant(arrays["reference"]),
             tf.constant(self.settings.step_size, dtype),
         )
+        expected = len(tf.nest.flatten(template, expand_composites=True))
+        if meta["num_results_flat"] != expected:  # e.g. mams' tuner state before its stop
+            raise ValueError(
+                f"checkpoint {directory} holds {meta['num_results_flat']} kernel-result "
+                f"tensors, this sampler's results have {expected}: it was written by another "
+                "fieldhmc version or sampler kind; resume it with the version that wrote it, "
+                "or start the run afresh"
+            )
         flat = [tf.constant(arrays[f"results{i}"]) for i in range(meta["num_results_flat"])]
         results = tf.nest.pack_sequence_as(template, flat, expand_composites=True)
         fw, lw = _numbered(arrays, "fw"), _numbered(arrays, "lw")

@@ -126,3 +126,23 @@ def test_fixed_runs_the_whole_count(tmp_path, converged):
 def test_bad_warmup_stop_is_refused():
     with pytest.raises(ValueError, match="warmup_stop"):
         SamplerSettings(kind="mams", warmup_stop="sometimes")
+
+
+def test_checkpoint_of_other_results_is_refused(tmp_path, converged, resumer):
+    """A checkpoint whose kernel results have another number of tensors (e.g. mams'
+    written before the tuner carried its stop's state) is refused in one message."""
+    import json
+
+    sampler, _, _ = converged
+    _run(sampler, tmp_path, max_chunks=1)
+    path = tmp_path / "checkpoint" / "state.npz"
+    with np.load(path) as z:
+        arrays = dict(z)
+    meta = json.loads(bytes(arrays["__meta__"]).decode())
+    last = meta["num_results_flat"] - 1
+    del arrays[f"results{last}"]
+    meta["num_results_flat"] = last
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(path, **arrays)
+    with pytest.raises(ValueError, match="kernel-result tensors"):
+        _run(resumer, tmp_path, resume=True)
