@@ -78,6 +78,8 @@ def quickstart_config(
     sampler.update(kind=kind, num_burnin_steps=burnin, num_results=results)
     if kind == "fieldnuts" and max_tree_depth is not None:
         sampler["max_tree_depth"] = max_tree_depth
+    if kind == "mams":  # the warmed-up checkpoint is taken after ceil(burnin / chunk) chunks
+        sampler["warmup_stop"] = "fixed"
     raw["grid"]["shape"] = [grid] * 3
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "quickstart.yaml"

@@ -169,13 +169,13 @@ class ChunkClock:
         self.seconds = {"warmup": 0.0, "sampling": 0.0}
 
     def _wrap(self, chunk, phase: str):
-        def timed(scales, reference, delta, seed, start, num_steps):
+        def timed(scales, reference, delta, seed, start, num_steps, *rest):
             if id(chunk) not in self._compiled:
                 zero = tf.constant(0, num_steps.dtype)
-                chunk(scales, reference, tf.zeros_like(delta), seed, start, zero)[2].numpy()
+                chunk(scales, reference, tf.zeros_like(delta), seed, start, zero, *rest)[2].numpy()
                 self._compiled.add(id(chunk))
             begin = time.perf_counter()
-            out = chunk(scales, reference, delta, seed, start, num_steps)
+            out = chunk(scales, reference, delta, seed, start, num_steps, *rest)
             out[2].numpy()  # blocks until the chunk has run
             self.seconds[phase] += time.perf_counter() - begin
             return out

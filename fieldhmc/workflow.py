@@ -674,6 +674,8 @@ def export(run: io.RunDirectory, config: cfg.Config, built: Built, result) -> No
             **tuning_extra,
             "tuned": result.tuned,
             "warmup_gradient_evaluations": result.warmup_gradient_evaluations,
+            # warm-up transitions: num_burnin_steps, or where mams' tuner converged
+            "num_warmup_steps": result.num_warmup_steps,
             # fields.h5 mean / var average every k-th post-warm-up transition (mclmc: k > 1)
             "field_moments": {
                 "every": result.field_moments_every,

@@ -203,6 +203,18 @@ def test_microcanonical_kinds(kind: str) -> None:
         config_from_dict({"sampler": {"kind": "hmc", "trajectory_length": 2.0}}, ".")
 
 
+def test_mams_warmup_stop_option() -> None:
+    """mams ends warm-up on converged estimates by default; fixed keeps the count; any
+    other value, or the option on another kind, is a config error naming it."""
+    assert config_from_dict({"sampler": {"kind": "mams"}}, ".").sampler.warmup_stop == "converged"
+    raw = {"sampler": {"kind": "mams", "warmup_stop": "fixed"}}
+    assert config_from_dict(raw, ".").sampler.warmup_stop == "fixed"
+    with pytest.raises(ConfigError, match="sampler.warmup_stop"):
+        config_from_dict({"sampler": {"kind": "mams", "warmup_stop": "early"}}, ".")
+    with pytest.raises(ConfigError, match="sampler.warmup_stop: only used when"):
+        config_from_dict({"sampler": {"kind": "mclmc", "warmup_stop": "fixed"}}, ".")
+
+
 def test_kind_dependent_likelihood_and_power_defaults(files: Path) -> None:
     poisson = config_from_dict({"model": {"likelihood": {"kind": "lognormal_poisson"}}}, files)
     assert poisson.model.likelihood.nbar == 2.0 and poisson.model.likelihood.sigma is None

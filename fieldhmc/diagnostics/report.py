@@ -134,6 +134,11 @@ def _tuning_lines(metadata: Mapping[str, Any], energy: Mapping[str, Any] | None 
             "tuned: "
             + ", ".join(f"{k} {_fmt(v, '.4g')}" for k, v in tuning["tuned"].items())
             + f"; warm-up gradient evaluations {tuning['warmup_gradient_evaluations']}"
+            + (
+                f" in {tuning['num_warmup_steps']} transitions"
+                if tuning.get("num_warmup_steps") is not None
+                else ""
+            )
         )
         moments = tuning.get("field_moments") or {}
         if moments.get("every", 1) > 1:

@@ -114,6 +114,9 @@ class SamplerSettings:
     trajectory_length: float = 1.0  # mclmc / mams: initial L / sqrt(d)
     desired_energy_var: float = 5e-4  # mclmc: bias tolerance Var[dE]/d
     integrator: str = "minimal_norm"  # mclmc / mams
+    # mams: end warm-up once the tuner's estimates have converged ("converged"; at most
+    # num_burnin_steps transitions) or after num_burnin_steps ("fixed")
+    warmup_stop: str = "converged"
     adapt_diagonal: bool = False
     adapt_dense_params: bool = False  # with adapt_diagonal: a dense block for the scalars
     chunk_size: int = 50
@@ -138,6 +141,8 @@ class SamplerSettings:
                 "adapt_dense_params refines the windowed metric: set adapt_diagonal too"
             )
         self.sampler_kind.check(self)  # ValueError (OptionError) naming the setting
+        if self.warmup_stop not in ("converged", "fixed"):
+            raise ValueError(f"warmup_stop must be converged or fixed, got {self.warmup_stop!r}")
         for name in ("trajectory_length", "desired_energy_var"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -211,6 +216,10 @@ class RunResult:
         Warm-up and sampling finished (False after ``max_chunks``).
     step : int
         Transitions done (warm-up and sampling).
+    num_warmup_steps : int
+        Warm-up transitions: ``num_burnin_steps``, or fewer where the kind's tuner
+        stopped on converged estimates (mams, ``warmup_stop`` "converged"); while that
+        warm-up runs, its maximum.
     gradient_evaluations, warmup_gradient_evaluations : int
         Gradient evaluations summed over chains: all, and those of warm-up.
     sampling_seconds : float
@@ -252,6 +261,7 @@ class RunResult:
     field_moments_draws: int
     tuned: dict
     dense_factor: np.ndarray | None = None
+    num_warmup_steps: int = 0
 
 
 class TraceSink(Protocol):
@@ -326,25 +336,30 @@ def field_buffer_slots(settings: SamplerSettings, field_bytes_all_chains: int) -
     return max(1, min(wanted, FIELD_BUFFER_BYTES // max(1, field_bytes_all_chains)))
 
 
-def _chunk_bounds(settings: SamplerSettings, field_slots: int | None = None) -> list[int]:
+def _chunk_bounds(
+    settings: SamplerSettings, field_slots: int | None = None, num_burnin: int | None = None
+) -> list[int]:
     """Chunk boundaries (global steps): every chunk_size, the end of warm-up, windows.
 
     With ``field_slots`` fewer than a chunk keeps, sampling chunks are also cut every
     ``field_slots * field_thin`` steps, so no chunk keeps more field draws than its
-    buffer holds.
+    buffer holds. ``num_burnin``: the warm-up's end where the tuner stopped it early
+    (default ``num_burnin_steps``); sampling chunks then start there.
     """
-    points = set(range(0, settings.num_steps, settings.chunk_size))
-    points.add(settings.num_burnin_steps)
+    burnin = settings.num_burnin_steps if num_burnin is None else num_burnin
+    num_steps = burnin + settings.num_results
+    points = set(range(0, num_steps, settings.chunk_size))
+    points.add(burnin)
     if field_slots is not None and field_slots < math.ceil(
         settings.chunk_size / settings.field_thin
     ):
         every = field_slots * settings.field_thin
-        points.update(range(settings.num_burnin_steps, settings.num_steps, every))
+        points.update(range(burnin, num_steps, every))
     if settings.adapt_diagonal:
         for start, end in adaptation_windows(settings.num_burnin_steps):
             points.update((start, end))
-    points.add(settings.num_steps)
-    return sorted(p for p in points if 0 <= p <= settings.num_steps)
+    points.add(num_steps)
+    return sorted(p for p in points if 0 <= p <= num_steps)
 
 
 @dataclass
@@ -364,6 +379,8 @@ class _RunState:
     dense_factor: np.ndarray | None = None
     # ``scales`` as the chunk's tensors, made once per metric (see Sampler._scale_tensors)
     scale_tensors: list | None = None
+    # the warm-up's end: num_burnin_steps, or the step the tuner stopped it (None: not set)
+    num_burnin: int | None = None
 
 
 def _skeleton(t):
@@ -456,8 +473,9 @@ class ChunkRunner(Protocol):
     bootstrap : callable
         ``(u_parts, scales, reference, step_size) -> results`` (a checkpoint's template).
     chunk : callable
-        ``(scales, reference, delta, seed, start, num_steps) -> (traces, field_buf,
-        num_fields)``: ``num_steps`` transitions from the carried state, which it updates.
+        ``(scales, reference, delta, seed, start, num_steps, num_burnin) -> (traces,
+        field_buf, num_fields)``: ``num_steps`` transitions from the carried state, which
+        it updates; ``num_burnin`` is the warm-up's end (its maximum while it runs).
     sampling_chunk : callable, optional
         The same for the chunks after warm-up, if the runner has a program of its own
         for them (:class:`XlaChunkRunner`: without the tuner); else ``chunk`` runs both.
@@ -585,6 +603,11 @@ class Sampler:
         self._lp64, self._bootstrap, self._chunk = runner.lp64, runner.bootstrap, runner.chunk
         # Post-warm-up chunks: the runner's program for them, if it has one.
         self._sampling_chunk = getattr(runner, "sampling_chunk", runner.chunk)
+        # Warm-up ends when the kind's tuner reports convergence (XLA runner; the mesh
+        # runs the fixed count)
+        self._stops_warmup_early = isinstance(
+            runner, XlaChunkRunner
+        ) and settings.sampler_kind.stops_warmup_early(settings.kind_options)
         # The first call of the post-warm-up program in this Sampler compiles it: a
         # sampling chunk making that call is not timed.
         self._sampling_chunk_ran = False
@@ -648,7 +671,7 @@ class Sampler:
         kernel = self._kernel(scales, reference, u_parts[0].dtype, step_size)
         return slim_results(kernel.bootstrap_results(list(u_parts)))
 
-    def _chunk_impl(self, scales, reference, delta, seed, start, num_steps):
+    def _chunk_impl(self, scales, reference, delta, seed, start, num_steps, num_burnin):
         """Warm-up: ``num_steps`` transitions from the carried state, which they update in
         place, with the kind's tuner (and the latent moments of ``adapt_diagonal``).
 
@@ -656,22 +679,26 @@ class Sampler:
         new ``reference``. Returns the per-step trace buffers, the stored-field buffer
         and the number of fields in it (none in warm-up).
         """
-        return self._run_chunk(scales, reference, delta, seed, start, num_steps, "warmup")
+        return self._run_chunk(
+            scales, reference, delta, seed, start, num_steps, num_burnin, "warmup"
+        )
 
-    def _chunk_impl_sampling(self, scales, reference, delta, seed, start, num_steps):
+    def _chunk_impl_sampling(self, scales, reference, delta, seed, start, num_steps, num_burnin):
         """After warm-up: as :meth:`_chunk_impl` with the kind's
         :meth:`~fieldhmc.samplers.kinds.SamplerKind.sampling_kernel` (no tuner) and the
         field outputs, each computed only on the transitions that feed it."""
-        return self._run_chunk(scales, reference, delta, seed, start, num_steps, "sampling")
+        return self._run_chunk(
+            scales, reference, delta, seed, start, num_steps, num_burnin, "sampling"
+        )
 
-    def _chunk_impl_both(self, scales, reference, delta, seed, start, num_steps):
+    def _chunk_impl_both(self, scales, reference, delta, seed, start, num_steps, num_burnin):
         """Warm-up and sampling in one program (``separate_sampling_program`` False): the
         tuner throughout (frozen after warm-up by its own count), the field outputs and
         the latent moments each under a conditional on the phase. The same transitions
         and outputs as the two programs, for one compile instead of two."""
-        return self._run_chunk(scales, reference, delta, seed, start, num_steps, "both")
+        return self._run_chunk(scales, reference, delta, seed, start, num_steps, num_burnin, "both")
 
-    def _run_chunk(self, scales, reference, delta, seed, start, num_steps, phase: str):
+    def _run_chunk(self, scales, reference, delta, seed, start, num_steps, num_burnin, phase):
         # ``phase`` "warmup" / "sampling": two programs, compiled apart. Warm-up carries and
         # computes no field outputs, sampling no tuner and no latent moments: an XLA
         # conditional that passes a loop-carried buffer through copies it (twice per
@@ -726,7 +753,6 @@ class Sampler:
         if phase != "sampling" and s.adapt_diagonal:
             carried["lw"] = carry.read("lw")
         dense_idx = self._dense_idx
-        num_burnin = tf.constant(s.num_burnin_steps, tf.int32)
         stats_every = field_stats_every(s)
 
         def write(buf, i, value):
@@ -863,8 +889,17 @@ class Sampler:
                 bufs[name] = write(bufs[name], i, value)
             return i + 1, u, res, bufs, carried
 
+        early = self._stops_warmup_early and phase != "sampling"
+
+        def going(i, u, res, *_):
+            if not early:
+                return i < num_steps
+            # the tuner has converged: warm-up ends here, run() starts sampling next
+            finished = s.sampler_kind.warmup_end(res) >= 0
+            return (i < num_steps) & ~(finished & (start < num_burnin))
+
         _, u_parts, results, bufs, carried = tf.while_loop(
-            lambda i, *_: i < num_steps,
+            going,
             body,
             (tf.constant(0), list(u_parts), results, bufs, carried),
             maximum_iterations=k,
@@ -974,6 +1009,7 @@ class Sampler:
             "num_fields_written": rs.num_fields_written,
             "gradient_evaluations": rs.gradient_evaluations,
             "warmup_gradient_evaluations": rs.warmup_gradient_evaluations,
+            "num_burnin": rs.num_burnin,
             "settings": self.settings.__dict__,
         }
         save_checkpoint(directory, arrays, meta)
@@ -1011,6 +1047,14 @@ class Sampler:
             tf.constant(arrays["reference"]),
             tf.constant(self.settings.step_size, dtype),
         )
+        expected = len(tf.nest.flatten(template, expand_composites=True))
+        if meta["num_results_flat"] != expected:  # e.g. mams' tuner state before its stop
+            raise ValueError(
+                f"checkpoint {directory} holds {meta['num_results_flat']} kernel-result "
+                f"tensors, this sampler's results have {expected}: it was written by another "
+                "fieldhmc version or sampler kind; resume it with the version that wrote it, "
+                "or start the run afresh"
+            )
         flat = [tf.constant(arrays[f"results{i}"]) for i in range(meta["num_results_flat"])]
         results = tf.nest.pack_sequence_as(template, flat, expand_composites=True)
         fw, lw = _numbered(arrays, "fw"), _numbered(arrays, "lw")
@@ -1024,6 +1068,7 @@ class Sampler:
             gradient_evaluations=meta["gradient_evaluations"],
             warmup_gradient_evaluations=meta.get("warmup_gradient_evaluations", 0),
             dense_factor=factor,
+            num_burnin=meta.get("num_burnin"),
         )
 
     def _update_metric(self, rs: _RunState) -> None:
@@ -1106,12 +1151,14 @@ class Sampler:
             field_slots = field_buffer_slots(s, s.num_chains * math.prod(shape) * itemsize)
         if self._field_slots is None:
             self._field_slots = field_slots
-        bounds = _chunk_bounds(s, self._field_slots)
+        if rs.num_burnin is None:
+            rs.num_burnin = s.num_burnin_steps
+        bounds = _chunk_bounds(s, self._field_slots, rs.num_burnin)
         windows = adaptation_windows(s.num_burnin_steps) if s.adapt_diagonal else []
         window_starts = {a for a, _ in windows}
         window_ends = {b for _, b in windows}
         seed = tf.constant(stateless_seed(s.seed if seed is None else seed))
-        bar = _progress_bar(progress, s.num_steps, rs.step)
+        bar = _progress_bar(progress, rs.num_burnin + s.num_results, rs.step)
         writer = None
         if tensorboard_dir is not None:
             try:
@@ -1124,7 +1171,7 @@ class Sampler:
             writer = tf.summary.create_file_writer(str(tensorboard_dir))
         chunks_done = 0
         t0 = time.perf_counter()
-        while rs.step < s.num_steps:
+        while rs.step < rs.num_burnin + s.num_results:
             if max_chunks is not None and chunks_done >= max_chunks:
                 break
             stop = next(b for b in bounds if b > rs.step)
@@ -1141,7 +1188,8 @@ class Sampler:
             rs.reference = new_ref
             chunk_start = time.perf_counter()
             # chunks never straddle the end of warm-up (it is a chunk bound)
-            chunk = self._sampling_chunk if rs.step >= s.num_burnin_steps else self._chunk
+            warming = rs.step < rs.num_burnin
+            chunk = self._chunk if warming else self._sampling_chunk
             bufs, field_buf, nfields = chunk(
                 self._scale_tensors(rs),
                 tf.constant(rs.reference),
@@ -1149,17 +1197,26 @@ class Sampler:
                 seed,
                 tf.constant(rs.step, tf.int32),
                 tf.constant(stop - rs.step, tf.int32),
+                tf.constant(rs.num_burnin, tf.int32),
             )
+            if warming and self._stops_warmup_early:
+                # The chunk ended where the tuner converged: sampling starts there.
+                end = int(s.sampler_kind.warmup_end(self._carry.read("results")))
+                if end >= 0:
+                    stop = rs.num_burnin = end
+                    bounds = _chunk_bounds(s, self._field_slots, end)
+                    if bar is not None:
+                        bar.total = end + s.num_results
             n = stop - rs.step
             traces = {name: buf.numpy()[:n] for name, buf in bufs.items()}
-            if rs.step >= s.num_burnin_steps and self._sampling_chunk_ran:
+            if not warming and self._sampling_chunk_ran:
                 # compute time of pure sampling chunks, after the one that compiled them
                 rs.sampling_seconds += time.perf_counter() - chunk_start
                 # Batched evaluations: all chains step until the longest trajectory ends.
                 rs.sampling_gradients += int(traces["n_steps"].max(axis=1).sum())
             self._sampling_chunk_ran |= chunk is self._sampling_chunk
             rs.gradient_evaluations += int(traces["n_steps"].sum())  # summed over chains
-            if rs.step < s.num_burnin_steps:  # chunks never straddle the end of warm-up
+            if warming:  # chunks never straddle the end of warm-up
                 rs.warmup_gradient_evaluations += int(traces["n_steps"].sum())
             self._emit(sink, rs, traces, field_buf, int(nfields), stop)
             del field_buf
@@ -1182,8 +1239,8 @@ class Sampler:
         s = self.settings
         first = rs.step
         steps = np.arange(first, stop)
-        post = steps >= s.num_burnin_steps
-        keep = post & ((steps - s.num_burnin_steps) % s.thin == 0)
+        post = steps >= rs.num_burnin
+        keep = post & ((steps - rs.num_burnin) % s.thin == 0)
         if keep.any():
             sink.append({name: t[keep] for name, t in traces.items()})
             rs.num_draws_written += int(keep.sum())
@@ -1199,8 +1256,9 @@ class Sampler:
             field_mean = np.asarray(fw[1])
             field_var = np.asarray(fw[2]) / (float(fw[0]) - 1.0)
         return {
-            "complete": rs.step >= self.settings.num_steps,
+            "complete": rs.step >= rs.num_burnin + self.settings.num_results,
             "step": rs.step,
+            "num_warmup_steps": rs.num_burnin,
             "gradient_evaluations": rs.gradient_evaluations,
             "scales": rs.scales,
             "field_mean": field_mean,
@@ -1350,7 +1408,7 @@ def _progress_bar(enabled: bool, total: int, initial: int):
 
 
 def _report(bar, traces, n, rs, s, t0):
-    phase = "warm-up" if rs.step <= s.num_burnin_steps else "sampling"
+    phase = "warm-up" if rs.step <= rs.num_burnin else "sampling"
     msg = {
         "phase": phase,
         "accept": float(np.mean(traces["acceptance_rate"])),
@@ -1365,7 +1423,7 @@ def _report(bar, traces, n, rs, s, t0):
         _log.info(
             "step %d/%d (%s): accept %.3g, step size %.3g, %d divergent, %.3g leapfrog/it (%.1fs)",
             rs.step,
-            s.num_steps,
+            rs.num_burnin + s.num_results,
             phase,
             msg["accept"],
             msg["step"],

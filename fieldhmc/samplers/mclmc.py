@@ -119,6 +119,41 @@ posteriors (``tests/samplers/test_mams_tuning.py``):
   :math:`L/\sqrt d` at 1.3 (31 and 92 gradients per min-ESS unmasked / masked)
   where the slowest coordinate takes it to the cap 2.6 (18 and 28).
 
+MAMS' convergence stop (``warmup_stop="converged"``; ``"fixed"``, the kernel's default,
+runs the stages above): the stages keep their order and their fixed-count lengths become
+maxima, so warm-up never exceeds ``num_adaptation_steps``; each ends early once the
+estimate it hands on has converged, checked every ``_CHECK_WINDOW`` (10) transitions of
+the stage:
+
+* stages 1 and 4: the mean of the dual-averaging iterates' log step over a window is
+  within ``_STEP_CHANGE`` (0.1) of the previous window's (the first window is compared
+  with the stage's starting step), and the window's acceptance, pooled over chains, is
+  within ``_ACCEPT_ERROR`` (0.05) of ``target_accept_prob``; the step handed on is the
+  dual average, as at the fixed count (the check decides when, not what). A step 10% off
+  moves :math:`1 - \bar a` by ~20% (:math:`\propto \epsilon^2` for a second-order
+  integrator), e.g. 0.9 to 0.88 or 0.92, within which MAMS' gradients per ESS are flat
+  within noise; 0.05 is about twice the standard error of a window's acceptance (4 chains
+  x 10 transitions), so a window still far off the target does not pass;
+* stage 2: the relative Monte Carlo error of :math:`\sum_i \mathrm{Var}[x_i]` below
+  ``_VARIANCE_ERROR`` (5%) at ``_PASSES`` (2) consecutive checks (the error estimate
+  has chains - 1 degrees of freedom: one check can be lucky). The error is the standard
+  error of the mean of the chains' own within-chain totals (independent chains: honest
+  whatever the autocorrelation, and large while the chains still disagree, i.e. travel
+  in; infinite with one chain, which then runs the stage's maximum). 5% in the variance
+  is 2.5% in :math:`L`, against the factor 2 by which stage 3 may still change it;
+* stage 3: its buffer filled (its fixed length: the autocorrelation time is estimated
+  over the whole buffer).
+
+The tuner then reports itself done (``tuning.stage`` 4, ``tuning.stage_start`` the
+first post-warm-up step) and holds its values; the driver
+(:mod:`fieldhmc.samplers.driver`) ends warm-up at that transition and starts sampling.
+A warm-up with a stage shorter than 2 transitions, and the mesh path, run the fixed
+schedule. Stopping saves the warm-up transitions the estimates did not need; the later
+stages (longer ``L``) cost the most gradients per transition. Warm-up is also the
+chains' burn-in: the stage-2 check (the chains agree on the variance) is what keeps a
+short one honest, and the exactness test (``tests/samplers/test_posterior.py``) runs
+the draws after the stop.
+
 All tuning state is in the kernel results, so a checkpointed and resumed run tunes
 exactly as an uninterrupted one.
 
@@ -179,6 +214,14 @@ _TRUST = 1.5
 _TOLERANCE_WINDOWS = 4  # MCLMC stage 3: step re-set against desired_energy_var
 _MAX_STEP_CHANGE = 4.0  # per window, either way, unless a window is above _OVER x desired
 _OVER = 2.0  # MCLMC stage 3: a window above _OVER x desired_energy_var caps the step
+# MAMS' convergence stop (warmup_stop="converged"; see the module docstring)
+WARMUP_STOPS = ("converged", "fixed")
+_CHECK_WINDOW = 10  # transitions between two convergence checks of a stage
+_STEP_CHANGE = 0.1  # stages 1 and 4: |change of the window-mean log step| between windows
+_ACCEPT_ERROR = 0.05  # stages 1 and 4: |window acceptance - target|
+_PASSES_STEP = 1  # stages 1 and 4: checks to pass (each compares two windows)
+_VARIANCE_ERROR = 0.05  # stage 2: relative Monte Carlo error of sum_i Var[x_i]
+_PASSES = 2  # stage 2: consecutive checks to pass
 
 
 class MicrocanonicalTuning(NamedTuple):
@@ -193,6 +236,14 @@ class MicrocanonicalTuning(NamedTuple):
     ``weight``, ``mean``, ``m2``: step-size-weighted Welford moments per chain
     (``[chains, ...]`` per part); ``buffer``: ``[n3, chains, K]`` positions of a
     coordinate subset for the autocorrelation estimate of ``L``.
+
+    MAMS' convergence stop (``warmup_stop="converged"``; unused otherwise): ``stage``
+    (int32, 0-3 tuning, 4 done), ``stage_start`` (int32, the step its stage began; once
+    done, the first post-warm-up step), ``passes`` (int32, consecutive convergence
+    checks passed), ``reference`` (stages 1 and 4: the last window's mean log step),
+    ``window_sum`` and ``accept_sum`` (the current window's sums of log steps and
+    acceptances). They default to None for the mesh path, which builds the nine scalars
+    above itself and runs the fixed schedule.
     """
 
     time: tf.Tensor
@@ -207,6 +258,12 @@ class MicrocanonicalTuning(NamedTuple):
     mean: list
     m2: list
     buffer: tf.Tensor
+    stage: tf.Tensor | None = None
+    stage_start: tf.Tensor | None = None
+    passes: tf.Tensor | None = None
+    reference: tf.Tensor | None = None
+    window_sum: tf.Tensor | None = None
+    accept_sum: tf.Tensor | None = None
 
 
 class MicrocanonicalResults(NamedTuple):
@@ -445,6 +502,7 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
     """Shared construction, bootstrap and tuning helpers."""
 
     _stages: tuple = ()
+    _stops_on_convergence = False
 
     def __init__(
         self,
@@ -457,7 +515,12 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         target_accept_prob: float = 0.9,
         name: str | None = None,
         field_ops: TunerFieldOps | None = None,
+        warmup_stop: str = "fixed",
     ):
+        if warmup_stop not in WARMUP_STOPS:
+            raise ValueError(f"warmup_stop must be one of {WARMUP_STOPS}, got {warmup_stop!r}")
+        if warmup_stop == "converged" and not self._stops_on_convergence:
+            raise ValueError(f"{type(self).__name__} tunes for a fixed count: warmup_stop='fixed'")
         if integrator not in INTEGRATORS:
             raise ValueError(f"integrator must be one of {tuple(INTEGRATORS)}, got {integrator!r}")
         if num_adaptation_steps < 0:
@@ -472,6 +535,7 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
             target_accept_prob=target_accept_prob,
             name=name,
             field_ops=field_ops,
+            warmup_stop=warmup_stop,
         )
         self._field_ops = field_ops or TunerFieldOps(
             self._moments, self._total_variance, self._record
@@ -505,6 +569,15 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
     def stage_ends(self) -> list[int]:
         return _stage_bounds(self.num_adaptation_steps, self._stages)
 
+    @property
+    def stops_on_convergence(self) -> bool:
+        """Each tuning stage ends once its estimate has converged (``warmup_stop``
+        "converged"), its fixed-count length the bound; a warm-up with a stage shorter
+        than 2 transitions runs the fixed schedule."""
+        ends = self.stage_ends
+        lengths = [b - a for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        return self._parameters["warmup_stop"] == "converged" and min(lengths, default=0) >= 2
+
     def _value_and_grad(self, x):
         lp, g = tfp.math.value_and_gradient(lambda *p: self.target_log_prob_fn(*p), x)
         return lp, list(g)
@@ -519,7 +592,10 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         its state in place."""
         if self.num_adaptation_steps == 0:
             return r.step_size, r.trajectory_length, r.tuning
-        trips = tf.cast(r.step < self.num_adaptation_steps, tf.int32)
+        warm = r.step < self.num_adaptation_steps
+        if self.stops_on_convergence:  # done before the count: held from then on
+            warm = warm & (r.tuning.stage < len(self._stages))
+        trips = tf.cast(warm, tf.int32)
 
         def tune(j, eps, big_l, tuning):
             now = r._replace(step_size=eps, trajectory_length=big_l, tuning=tuning)
@@ -557,6 +633,12 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
             mean=[tf.zeros_like(p) for p in x],
             m2=[tf.zeros_like(p) for p in x],
             buffer=tf.zeros([max(n3, 1), chains, len(range(0, dim, max(1, dim // k))[:k])], dtype),
+            stage=tf.zeros([], tf.int32),
+            stage_start=tf.zeros([], tf.int32),
+            passes=tf.zeros([], tf.int32),
+            reference=tf.math.log(eps),
+            window_sum=zero,
+            accept_sum=zero,
         )
         return MicrocanonicalResults(
             target_log_prob=lp,
@@ -849,6 +931,7 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
     """
 
     _stages = MAMS_STAGES
+    _stops_on_convergence = True
 
     def _buffer_steps(self) -> int:
         ends = self.stage_ends
@@ -918,6 +1001,11 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         eps, big_l, tuning = r.step_size, r.trajectory_length, r.tuning
         dtype = eps.dtype
         end1, end2, end3, end4 = self.stage_ends
+        converging = self.stops_on_convergence
+        if converging:  # stages by the tuner's own state (module docs: the convergence stop)
+            stage, since = tuning.stage, t - tuning.stage_start
+            in1, in2, in3, in4 = (stage == k for k in range(4))
+            checked = (since + 1) % _CHECK_WINDOW == 0
         target = _as_dtype(self._parameters["target_accept_prob"], dtype)
         # Dual averaging (Hoffman & Gelman 2014; BlackJAX t0=10, gamma=0.05, kappa=0.75).
         da_t = tuning.da_step
@@ -928,7 +1016,10 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         log_eps = tf.minimum(log_eps, tf.math.log(big_l / 1.1))
         eta = da_t ** (-0.75)
         log_eps_avg = eta * log_eps + (1.0 - eta) * tuning.log_step_size_avg
-        adapting = (t < end1) | ((t >= end3) & (t < end4))
+        if converging:
+            adapting = in1 | in4
+        else:
+            adapting = (t < end1) | ((t >= end3) & (t < end4))
         tuning = _replace_if(
             adapting,
             tuning,
@@ -939,35 +1030,82 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         )
         eps_new = tf.where(adapting, tf.exp(log_eps), eps)
         # Stage 1: L follows the step size (fixed number of integration steps).
-        l_new = tf.where(t < end1, big_l * eps_new / eps, big_l)
+        l_new = tf.where(in1 if converging else t < end1, big_l * eps_new / eps, big_l)
         # End of stages 1 and 4: the averaged step size.
         final = tf.exp(tuning.log_step_size_avg)
-        eps_new = tf.where((t == end1 - 1) | (t == end4 - 1), final, eps_new)
-        l_new = tf.where(t == end1 - 1, l_new * final / tf.exp(log_eps), l_new)
+        if converging:
+            # Stages 1 and 4 converge when a window's mean log step (of the iterates) is
+            # within _STEP_CHANGE of the previous window's and its acceptance within
+            # _ACCEPT_ERROR of the target. The step handed on is the dual average, as
+            # at the fixed count: the convergence check decides when, not what.
+            window_sum = tf.where(adapting, tuning.window_sum + log_eps, tuning.window_sum)
+            accept_sum = tf.where(adapting, tuning.accept_sum + acc, tuning.accept_sum)
+            check_da = adapting & checked
+            window_mean = window_sum / _CHECK_WINDOW
+            steady = (tf.abs(window_mean - tuning.reference) < _STEP_CHANGE) & (
+                tf.abs(accept_sum / _CHECK_WINDOW - target) < _ACCEPT_ERROR
+            )
+            passes = tf.where(check_da, tf.where(steady, tuning.passes + 1, 0), tuning.passes)
+            reference = tf.where(check_da, window_mean, tuning.reference)
+            window_sum = tf.where(check_da, tf.zeros_like(window_sum), window_sum)
+            accept_sum = tf.where(check_da, tf.zeros_like(accept_sum), accept_sum)
+            done_da = check_da & (passes >= _PASSES_STEP)
+            last1 = in1 & ((since == end1 - 1) | done_da)
+            last4 = in4 & ((since == end4 - end3 - 1) | done_da)
+        else:
+            last1, last4 = t == end1 - 1, t == end4 - 1
+        eps_new = tf.where(last1 | last4, final, eps_new)
+        l_new = tf.where(last1, l_new * final / tf.exp(log_eps), l_new)
         # Stage 2: moments -> L.
-        in2 = (t >= end1) & (t < end2)
+        if not converging:
+            in2 = (t >= end1) & (t < end2)
         w = tf.where(in2 & tf.reduce_all(finite), eps, tf.zeros([], dtype))
         tuning = self._field_ops.moments(tuning, x, w)
+        at2 = tf.zeros([], tf.bool)
         if end2 - end1 > 1:
-            at2 = t == end2 - 1
-            # a field-sized reduction: only on the transition that uses it
-            change = tf.cond(
-                at2,
-                lambda: tf.clip_by_value(
-                    1.3 * tf.sqrt(self._field_ops.total_variance(tuning)) / l_new, 0.0, 2.0
-                ),
-                lambda: tf.ones_like(l_new),
-            )
+            if converging:
+                # Converged when the relative Monte Carlo error of sum_i Var[x_i], from
+                # the spread of the chains' own estimates, is below _VARIANCE_ERROR at
+                # _PASSES consecutive checks. Field-sized: only on a check.
+                check2 = in2 & (checked | (since == end2 - end1 - 1))
+                total, error = tf.cond(
+                    check2,
+                    lambda: self._variance_and_error(tuning),
+                    lambda: (tf.ones([], dtype), tf.constant(float("inf"), dtype)),
+                )
+                passes = tf.where(
+                    in2 & checked,
+                    tf.where(error < _VARIANCE_ERROR, passes + 1, 0),
+                    passes,
+                )
+                at2 = in2 & ((since == end2 - end1 - 1) | (passes >= _PASSES))
+                change = tf.clip_by_value(1.3 * tf.sqrt(total) / l_new, 0.0, 2.0)
+            else:
+                at2 = t == end2 - 1
+                # a field-sized reduction: only on the transition that uses it
+                change = tf.cond(
+                    at2,
+                    lambda: tf.clip_by_value(
+                        1.3 * tf.sqrt(self._field_ops.total_variance(tuning)) / l_new, 0.0, 2.0
+                    ),
+                    lambda: tf.ones_like(l_new),
+                )
             l_new = tf.where(at2, l_new * change, l_new)
             # The dual-averaged step is kept (BlackJAX scales it with L, which at the
             # initial L / eps = 10 left stage 3 at a quarter of the accepted step).
             eps_new = tf.where(at2, tf.minimum(eps_new, l_new / 1.1), eps_new)
         # Stage 3: autocorrelation of the slowest recorded coordinate -> L, never below
         # the moment-stage L.
+        last3 = tf.zeros([], tf.bool)
         if end3 - end2 >= 2:
-            tuning = self._field_ops.record(tuning, x, t - end2)
+            if converging:  # the buffer's row; before the stage row 0, after it the last
+                row = tf.where(in3, since, tf.where(stage < 2, 0, end3 - end2 - 1))
+                last3 = in3 & (since == end3 - end2 - 1)
+            else:
+                row, last3 = t - end2, t == end3 - 1
+            tuning = self._field_ops.record(tuning, x, row)
             l_new = tf.cond(
-                t == end3 - 1,
+                last3,
                 lambda: tf.clip_by_value(
                     tf.cast(
                         0.5
@@ -981,7 +1119,7 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
                 lambda: l_new,
             )
         # Restart dual averaging for stage 4 from the current step size.
-        restart = t == end3 - 1
+        restart = last3 if converging else t == end3 - 1
         tuning = _replace_if(
             restart,
             tuning,
@@ -991,7 +1129,37 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
             avg_error=tf.zeros([], dtype),
             mu=tf.math.log(10.0 * eps_new),
         )
+        if converging:  # the next stage starts on the next transition
+            ended = last1 | at2 | last3 | last4
+            tuning = tuning._replace(
+                stage=stage + tf.cast(ended, tf.int32),
+                stage_start=tf.where(ended, t + 1, tuning.stage_start),
+                passes=tf.where(ended, 0, passes),
+                reference=tf.where(ended, tf.math.log(eps_new), reference),
+                window_sum=tf.where(ended, tf.zeros_like(window_sum), window_sum),
+                accept_sum=tf.where(ended, tf.zeros_like(accept_sum), accept_sum),
+            )
         return eps_new, l_new, tuning
+
+    @staticmethod
+    def _variance_and_error(tuning):
+        r""":math:`\sum_i \mathrm{Var}[x_i]` pooled over chains (as
+        :meth:`_total_variance`) and its relative Monte Carlo error: the standard error
+        of the mean of the chains' own within-chain totals over that mean (infinite for
+        one chain). Independent chains make the spread of their estimates an honest
+        error whatever the autocorrelation within each."""
+        w = tf.where(tuning.weight > 0, tuning.weight, tf.ones_like(tuning.weight))
+        within, between = 0.0, 0.0
+        for mi, si in zip(tuning.mean, tuning.m2, strict=True):
+            within = within + tf.reduce_sum(si, axis=_event_axes(si)) / w  # [chains]
+            between = between + tf.reduce_sum(tf.math.reduce_variance(mi, axis=0))
+        chains = within.shape[0]
+        mean = tf.reduce_mean(within)
+        if chains is None or chains < 2:
+            return mean + between, tf.constant(float("inf"), mean.dtype)
+        spread = tf.math.reduce_std(within) * math.sqrt(chains / (chains - 1))
+        error = spread / math.sqrt(chains) / tf.maximum(mean, tf.constant(1e-30, mean.dtype))
+        return mean + between, error
 
 
 def _as_dtype(value, dtype: tf.DType) -> tf.Tensor:

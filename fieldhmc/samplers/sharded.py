@@ -725,9 +725,10 @@ class MeshChunkRunner:
         scales = [ones] * (len(parts) - 1) + [np.broadcast_to(ones, self.target.grid_shape)]
         return _RunState(step=0, scales=scales, reference=reference)
 
-    def _run_chunk(self, scales, reference, delta, seed, start, num_steps):
+    def _run_chunk(self, scales, reference, delta, seed, start, num_steps, num_burnin):
         """``num_steps`` transitions from the carried state (as the driver's chunk)."""
         del reference, delta  # the log density is float64
+        del num_burnin  # the mesh runs the fixed warm-up: settings.num_burnin_steps
         s = self.settings
         key = seed_int(seed.numpy())
         carry = self._carry
@@ -829,10 +830,13 @@ class MeshChunkRunner:
         u = self.target.hyperparameters([tf.constant(_host(p)) for p in parts[:-1]])
         return [np.asarray(u[name], np.float64) for name in self.target.hyper_names]
 
-    def _run_microcanonical_chunk(self, scales, reference, delta, seed, start, num_steps):
+    def _run_microcanonical_chunk(
+        self, scales, reference, delta, seed, start, num_steps, num_burnin
+    ):
         """``num_steps`` MCLMC / MAMS transitions from the carried state (as the driver's
         chunk): the tuner runs on the host between the compiled transitions."""
         del scales, reference, delta  # identity metric; the log density is float64
+        del num_burnin  # the mesh runs the fixed warm-up: settings.num_burnin_steps
         carry = self._carry
         chain = self._micro.start(carry.read("x"), carry.read("results"), seed.numpy())
         fw = carry.read("fw")

@@ -404,6 +404,7 @@ def test_one_program_copies_no_tuner_state(tmp_path, field_sampler):
         tf.constant([0, 0]),
         tf.constant(0),
         tf.constant(15),
+        tf.constant(40),  # num_burnin
     )
     hlo = field_sampler._chunk.experimental_get_compiler_ir(*args)(stage="optimized_hlo")
     copies = Counter(re.findall(r"= (\w+\[[\d,]*\])\{[^}]*\} copy\(", hlo))

@@ -83,6 +83,7 @@ def test_chunk_updates_the_carried_state_in_place(hmc_run):
         tf.constant([0, 0]),
         tf.constant(0),
         tf.constant(4),
+        tf.constant(sampler.settings.num_burnin_steps),  # num_burnin
     )
     hlo = sampler._chunk.experimental_get_compiler_ir(*args)(stage="hlo")
     params, aliased = _entry_signature(hlo)

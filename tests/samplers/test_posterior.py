@@ -58,8 +58,11 @@ def _sample(
     num_results=400,
     seed_offset=0,
     field_thin=1,
+    runs=None,
     **kw,
 ):
+    """The stored field draws ``[draw, chain, 8, 8, 8]``; the run's result is appended
+    to ``runs`` if given."""
     settings = SamplerSettings(
         kind=kind,
         num_chains=num_chains,
@@ -88,7 +91,9 @@ def _sample(
     init = [np.asarray(model.init_latents("prior", num_chains, seed=stateless_seed(1)))[0]]
     sink = MemorySink()
     with tempfile.TemporaryDirectory() as d:
-        sampler.run(sink, Path(d), init, progress=False)
+        result = sampler.run(sink, Path(d), init, progress=False)
+    if runs is not None:
+        runs.append(result)
     return sink.stacked_fields()  # [draw, chain, 8, 8, 8]
 
 
@@ -126,9 +131,14 @@ def test_every_mode_matches_the_analytic_posterior(problem, kind, preconditioner
     # z-scores wide (unmasked, seeds 11-13 on an AMD EPYC: sum z^2 1192, 1119, 1092 for
     # 1024; 1192 fails). 800 draws cost ~2 s more (the compile dominates).
     num_results = 800 if (kind, preconditioner) == ("nuts", "identity") else 400
-    draws = _sample(model, data, kind, preconditioner, num_results=num_results)
+    runs = []
+    draws = _sample(model, data, kind, preconditioner, num_results=num_results, runs=runs)
     ok, msg = _looks_standard_normal(_zscores(draws, dense.mean, np.diag(dense.covariance)))
     assert ok, f"{name} {kind}/{preconditioner}: {msg}"
+    if kind == "mams":  # its default warm-up stops once the tuner's estimates converged
+        warmup = runs[0].num_warmup_steps
+        assert warmup < 200, f"{name}: mams' convergence stop never fired (200 of 200)"
+        assert runs[0].num_draws == num_results
 
 
 def test_the_z_test_has_power(problem):

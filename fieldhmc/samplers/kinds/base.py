@@ -192,6 +192,17 @@ class SamplerKind:
         """
         return kernel
 
+    def stops_warmup_early(self, options: Mapping[str, Any]) -> bool:
+        """Whether the kind's tuner may end warm-up before ``num_burnin_steps``, once its
+        estimates have converged (then :meth:`warmup_end` says where). False: a fixed
+        count."""
+        return False
+
+    def warmup_end(self, results: Any) -> Any:
+        """The step at which the tuner ended warm-up (int32 scalar tensor), -1 while it
+        tunes (only asked where :meth:`stops_warmup_early`)."""
+        raise NotImplementedError
+
     def step_stats(self, results: Any, previous_target_log_prob: Any) -> Any:
         """:class:`~fieldhmc.samplers.kernels.StepStats` of one step's kernel results."""
         raise NotImplementedError

@@ -148,6 +148,8 @@ class MicrocanonicalKind(SamplerKind):
         self, target_log_prob_fn, options, *, step_size, num_adaptation_steps, dimension
     ):
         extra = {}
+        if "warmup_stop" in options:
+            extra["warmup_stop"] = options["warmup_stop"]
         if "desired_energy_var" in options:
             extra["desired_energy_var"] = options["desired_energy_var"]
         if self.default_target_accept_prob is not None:
@@ -166,6 +168,16 @@ class MicrocanonicalKind(SamplerKind):
         """``kernel`` with no adaptation steps: the step size and ``L`` of the results,
         no tuning stages (their per-chain moments pass through untouched)."""
         return kernel.copy(num_adaptation_steps=0)
+
+    def stops_warmup_early(self, options) -> bool:
+        return options.get("warmup_stop") == "converged"
+
+    def warmup_end(self, results):
+        """``tuning.stage_start`` once the tuner's four stages are done, else -1."""
+        import tensorflow as tf
+
+        tuning = results.tuning
+        return tf.where(tuning.stage >= 4, tuning.stage_start, -1)
 
     def step_stats(self, results, previous_target_log_prob):
         """Acceptance only for the adjusted kind (NaN otherwise), no Hamiltonian energy

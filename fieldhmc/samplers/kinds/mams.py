@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from fieldhmc.samplers.kinds.base import KindOptions, target_accept_field
 from fieldhmc.samplers.kinds.families import MicrocanonicalKind
 from fieldhmc.samplers.kinds.mclmc import integrator_field, trajectory_length_field
@@ -15,6 +17,13 @@ class MamsOptions(KindOptions):
     trajectory_length: float = trajectory_length_field()
     integrator: Literal["minimal_norm", "leapfrog"] = integrator_field()
     target_accept_prob: float | None = target_accept_field(0.9)
+    warmup_stop: Literal["converged", "fixed"] = Field(
+        "converged",
+        description="End warm-up when the tuner's estimates have converged (converged: "
+        "each stage stops once its step size or variance estimate is stable, "
+        "num_burnin_steps the maximum) or after num_burnin_steps transitions (fixed). "
+        "A sharded (mesh) run always uses the fixed count.",
+    )
 
 
 class Mams(MicrocanonicalKind):
