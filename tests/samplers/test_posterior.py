@@ -313,7 +313,10 @@ def _check_bias_bound(loose_result, tight_result, loose_tol, tight_tol):
         f"b2 {loose:.2e}+-{loose_se:.1e} at {loose_tol:g}, "
         f"{tight:.2e}+-{tight_se:.1e} at {tight_tol:g}"
     )
-    assert loose < loose_tol and tight < tight_tol, msg
+    # Within the tolerance: not above it by more than 2 MCSE (a point estimate against the
+    # bound failed by chance: masked 8³ at 1e-4 read 7.7e-5 +- 1.6e-5 with Philox draws
+    # and 1.15e-4 +- 1.9e-5 with Threefry's, the same seed).
+    assert loose - 2 * loose_se < loose_tol and tight - 2 * tight_se < tight_tol, msg
     assert loose - loose_se > 0.1 * loose_tol, msg  # the loose setting is measurably biased ...
     assert tight + 2 * tight_se < 0.5 * (loose - 2 * loose_se), msg  # ... the tight one less
     assert loose_rel < tight_rel < 0.0, (loose_rel, tight_rel)  # MCLMC shrinks variances
