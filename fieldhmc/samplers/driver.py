@@ -61,6 +61,7 @@ from fieldhmc.samplers.kernels import (
     slim_results,
     whiten,
 )
+from fieldhmc.samplers.mclmc import WARMUP_STOPS
 from fieldhmc.seeds import stateless_seed
 
 # Version of what a checkpoint holds: 2 since kernel results are slimmed (no proposal or
@@ -141,8 +142,8 @@ class SamplerSettings:
                 "adapt_dense_params refines the windowed metric: set adapt_diagonal too"
             )
         self.sampler_kind.check(self)  # ValueError (OptionError) naming the setting
-        if self.warmup_stop not in ("converged", "fixed"):
-            raise ValueError(f"warmup_stop must be converged or fixed, got {self.warmup_stop!r}")
+        if self.warmup_stop not in WARMUP_STOPS:
+            raise ValueError(f"warmup_stop must be one of {WARMUP_STOPS}, got {self.warmup_stop!r}")
         for name in ("trajectory_length", "desired_energy_var"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
