@@ -42,9 +42,13 @@ from fieldhmc.samplers import stateless_seed  # noqa: E402
 KINDS = ("fieldnuts", "mams", "hmc", "chees", "mclmc")
 
 
-def config_problem(path: str, grid: int, chains: int, overrides: list[str]):
+def config_problem(
+    path: str, grid: int, chains: int, overrides: list[str], dense_hyper: bool = True
+):
     """``(problem, model)`` of a config on a ``grid``³ box; ``field_fn`` stores the real
-    coordinates of the orthonormal modes of delta (model-independent)."""
+    coordinates of the orthonormal modes of delta (model-independent). ``dense_hyper``:
+    the posterior metric's dense Fisher block for the sampled P(k) parameters (as the
+    CLI runs it); otherwise their marginal widths alone."""
     config = cfg.load_config(path, [f"grid.shape=[{grid},{grid},{grid}]", *overrides])
     model = workflow.build_model(config)
     # simulated with the config's data seed: the same data for every parametrisation
@@ -60,7 +64,8 @@ def config_problem(path: str, grid: int, chains: int, overrides: list[str]):
         return packing.real_from_modes(rfft3d(target.field_from_latents(*parts), norm="ortho"))
 
     scales = workflow._scales(config, model, data)
-    return Problem(target, list(model.latent_names), scales, init, field_fn), model
+    factor = workflow._hyper_dense_factor(config, model) if dense_hyper else None
+    return Problem(target, list(model.latent_names), scales, init, field_fn, factor), model
 
 
 def analyse(r: dict, model, ref_var) -> dict:
@@ -82,7 +87,7 @@ def print_header() -> None:
     print(
         f"{'parametrisation':>17} {'hyper':>6} {'kernel':>9} | {'warm-up':>9} {'step':>6} | "
         f"{'draws':>5} {'grads':>9} {'minESS θ':>9} {'minESS δ':>9} {'grads/minESS':>12} | "
-        f"{'ΔVar/Var':>8} {'s':>5}",
+        f"{'ΔVar/Var':>8} {'s':>5} {'seed':>4}",
         flush=True,
     )
 
@@ -91,7 +96,8 @@ def print_row(par: str, hyper: str, kind: str, r: dict) -> None:
     print(
         f"{par:>17} {hyper:>6} {kind:>9} | {r['warmup_grads']:>9d} {r['step_size']:>6.3f} | "
         f"{r['draws']:>5d} {r['grads']:>9d} {r['hyper_min_ess']:>9.0f} {r['field_min_ess']:>9.0f} "
-        f"{r['grads_per_min_ess']:>12.1f} | {r['rel_var_err']:>8.4f} {r['seconds']:>5.0f}",
+        f"{r['grads_per_min_ess']:>12.1f} | {r['rel_var_err']:>8.4f} {r['seconds']:>5.0f} "
+        f"{r['seed']:>4d}",
         flush=True,
     )
 
@@ -114,6 +120,12 @@ def main(argv: list[str] | None = None) -> dict:
         "--preconditioner", default=None, help="override sampler.preconditioner (all rows)"
     )
     parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="sampler seeds")
+    parser.add_argument(
+        "--diagonal-hyper",
+        action="store_true",
+        help="posterior metric: the P(k) parameters' marginal widths only (no dense block)",
+    )
     add_run_arguments(parser)
     args = parser.parse_args(argv)
     print(
@@ -137,13 +149,15 @@ def main(argv: list[str] | None = None) -> dict:
                 "model.hyperparameters.log_amplitude.sample=false",
                 "model.hyperparameters.index.sample=false",
             ]
-        problem, model = config_problem(args.config, args.grid, args.chains, overrides)
+        problem, model = config_problem(
+            args.config, args.grid, args.chains, overrides, not args.diagonal_hyper
+        )
         for kind in args.kinds:
-            r = run_kind(problem, kind, args)
-            r, var = analyse(r, model, ref_vars.get(hyper))
-            ref_vars.setdefault(hyper, var)
-            rows[(par, hyper, kind)] = r
-            print_row(par, hyper, kind, r)
+            for r in run_kind(problem, kind, args):  # one per seed, one compile
+                r, var = analyse(r, model, ref_vars.get(hyper))
+                ref_vars.setdefault(hyper, var)
+                rows[(par, hyper, kind, r["seed"])] = r
+                print_row(par, hyper, kind, r)
         del problem, model
     print_ratios(rows)
     return rows
@@ -151,17 +165,24 @@ def main(argv: list[str] | None = None) -> dict:
 
 def print_ratios(rows: dict) -> None:
     """Each sampled row over the same kernel's fixed-hyperparameter rows."""
-    sampled = [(r["grads_per_min_ess"], p, k) for (p, h, k), r in rows.items() if h == "sample"]
+    sampled = [
+        (r["grads_per_min_ess"], p, k, s) for (p, h, k, s), r in rows.items() if h == "sample"
+    ]
     if sampled:
         best = min(sampled)
-        print(f"best sampled row: {best[2]} / {best[1]}, {best[0]:.1f} gradients per min-ESS")
-    for (p, h, k), r in rows.items():
+        print(
+            f"best sampled row: {best[2]} / {best[1]} (seed {best[3]}), {best[0]:.1f} "
+            "gradients per min-ESS"
+        )
+    for (p, h, k, s), r in rows.items():
         if h != "sample":
             continue
-        for (pf, hf, kf), rf in rows.items():
-            if hf == "fixed" and kf == k:
+        for (pf, hf, kf, sf), rf in rows.items():
+            if hf == "fixed" and kf == k and sf == s:
                 ratio = r["grads_per_min_ess"] / rf["grads_per_min_ess"]
-                print(f"{k:>9} {p:>17}: {ratio:6.2f}x the fixed-hyperparameter {pf} figure")
+                print(
+                    f"{k:>9} {p:>17} seed {s}: {ratio:6.2f}x the fixed-hyperparameter {pf} figure"
+                )
 
 
 if __name__ == "__main__":

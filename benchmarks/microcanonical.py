@@ -104,6 +104,7 @@ class Problem(NamedTuple):
     scales: list[np.ndarray]  # M^{-1/2} per part
     init: list[np.ndarray]  # start per part, [chains, ...]
     field_fn: Callable  # (*parts) -> the latent field, stored every thin-th draw
+    dense_factor: np.ndarray | None = None  # the scalar parts' correlation factor, if any
 
 
 def gaussian_problem(model, data, chains: int) -> Problem:
@@ -206,7 +207,14 @@ def make_sampler(problem: Problem, kind: str, args) -> Sampler:
         field_fn=problem.field_fn,
         power_fn=lambda v: tf.zeros([tf.shape(v)[0], 1], v.dtype),
     )
-    return Sampler(problem.target, settings, problem.names, problem.scales, outputs)
+    return Sampler(
+        problem.target,
+        settings,
+        problem.names,
+        problem.scales,
+        outputs,
+        dense_factor=problem.dense_factor,
+    )
 
 
 def run_kind(problem: Problem, kind: str, args) -> list[dict]:

@@ -388,6 +388,28 @@ def _hyper_scales(config: cfg.Config, model) -> dict[str, float]:
     return out
 
 
+def _hyper_dense_factor(config: cfg.Config, model) -> np.ndarray | None:
+    """The posterior metric's dense block for a conditional parametrisation: the lower
+    Cholesky factor of the sampled scalars' correlation, the Fisher correlation
+    (:meth:`~fieldhmc.models.FieldModel.hyper_posterior_covariance`) between the sampled
+    P(k) parameters and the identity for the other scalars, in latent order; ``None``
+    with fewer than two sampled P(k) parameters or another metric. The scales are
+    :func:`_hyper_scales`' marginal widths, so the block's metric is the Fisher
+    covariance: a diagonal one cannot follow log A and n, correlated up to -0.96 at
+    64³ (benchmarks/README.md)."""
+    if config.sampler.preconditioner != "posterior" or not model.is_conditional:
+        return None
+    names, cov = model.hyper_posterior_covariance()
+    if len(names) < 2:
+        return None
+    scalars = [n for n in model.latent_names if n != "field"]
+    idx = [scalars.index(n) for n in names]
+    sd = np.sqrt(np.diag(cov))
+    corr = np.eye(len(scalars))
+    corr[np.ix_(idx, idx)] = cov / np.outer(sd, sd)
+    return np.linalg.cholesky(corr)
+
+
 def _scales(config: cfg.Config, model, data) -> list[np.ndarray]:
     """Per-part metric scales M^{-1/2} for the configured preconditioner."""
     kind = config.sampler.preconditioner
@@ -582,7 +604,12 @@ def build(
     # parametrisation's latent is measured from a data-dependent mean
     field_outputs = _field_outputs(config, model, target_fn)
     sampler = Sampler(
-        target_fn, settings, model.latent_names, _scales(config, model, data), field_outputs
+        target_fn,
+        settings,
+        model.latent_names,
+        _scales(config, model, data),
+        field_outputs,
+        dense_factor=_hyper_dense_factor(config, model),
     )
     return Built(model, sampler, field_outputs, kbins, tracked, target=target)
 
@@ -661,7 +688,9 @@ def export(run: io.RunDirectory, config: cfg.Config, built: Built, result) -> No
     attrs["sampler"] = config.sampler.kind
     attrs["gradient_evaluations"] = str(result.gradient_evaluations)
     tuning_extra = {}
-    if result.dense_factor is not None:  # dense_params: the last window's block metric
+    # the scalar parameters' dense block: dense_params' last window, or the posterior
+    # metric's fixed Fisher block (conditional parametrisations)
+    if result.dense_factor is not None:
         block = [i for i, sc in enumerate(result.scales) if np.ndim(sc) == 0]
         factor = np.asarray(result.dense_factor)
         tuning_extra["dense_params"] = {

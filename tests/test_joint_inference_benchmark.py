@@ -22,11 +22,14 @@ def test_rows_cover_theta_and_the_field(monkeypatch):
     spec.loader.exec_module(bench)
     argv = [*SMALL, "--config", str(ROOT / "configs" / "hierarchical_64.yaml")]
     rows = bench.main([*argv, "--kinds", "fieldnuts", "mams", "--parametrisations", "conditional"])
-    assert set(rows) == {("conditional", "sample", "fieldnuts"), ("conditional", "sample", "mams")}
+    assert set(rows) == {
+        ("conditional", "sample", "fieldnuts", 0),
+        ("conditional", "sample", "mams", 0),
+    }
     for r in rows.values():
         assert 0 < r["min_ess"] == min(r["hyper_min_ess"], r["field_min_ess"])
         assert r["grads_per_min_ess"] == pytest.approx(r["grads"] / r["min_ess"])
         assert np.isfinite(r["rel_var_err"])
     rows = bench.main([*argv, "--kinds", "hmc", "--no-sampled", "--fixed"])
-    assert list(rows) == [("noncentred", "fixed", "hmc")]
-    assert np.isnan(rows[("noncentred", "fixed", "hmc")]["hyper_min_ess"])
+    assert list(rows) == [("noncentred", "fixed", "hmc", 0)]
+    assert np.isnan(rows[("noncentred", "fixed", "hmc", 0)]["hyper_min_ess"])

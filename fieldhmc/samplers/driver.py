@@ -32,7 +32,8 @@ windows during warm-up (``adapt_diagonal``): variance estimates over doubling
 windows, regularised toward 1e-3, with the step-size adaptation restarted after
 each update. With ``adapt_dense_params`` the scalar parts (``[chains]``: the sampled
 parameters) also get a dense covariance from the same windows, applied through its
-Cholesky factor (:mod:`fieldhmc.samplers.dense_metric`).
+Cholesky factor (:mod:`fieldhmc.samplers.dense_metric`); a fixed factor
+(``Sampler(dense_factor=...)``) gives the fixed metrics a dense parameter block.
 """
 
 from __future__ import annotations
@@ -551,7 +552,12 @@ class Sampler:
         the starting point when ``settings.adapt_diagonal``.
     field_outputs : FieldOutputs, optional
         Field draws, running mean/variance, per-draw P(k) and tracked modes.
-
+    dense_factor : array, optional
+        A correlation factor for the scalar parts (``[chains]``: the sampled parameters),
+        lower Cholesky ``[p, p]`` of their metric correlation, ``p`` the number of scalar
+        parts in order (:mod:`~fieldhmc.samplers.dense_metric`): a fixed dense block, or
+        the start of ``adapt_dense_params``' first window (default: the identity). One
+        device only.
     runner : ChunkRunner, optional
         What runs the chunks and holds the carried state: :class:`XlaChunkRunner` (the
         default, this class's XLA-compiled pieces) or a runner for state on a DTensor
@@ -567,6 +573,8 @@ class Sampler:
         scales: Sequence[np.ndarray],
         field_outputs: FieldOutputs | None = None,
         runner: ChunkRunner | None = None,
+        *,
+        dense_factor: np.ndarray | None = None,
     ):
         self.target_log_prob_fn = target_log_prob_fn
         self.settings = settings
@@ -586,21 +594,32 @@ class Sampler:
                 self._chunk_impl_sampling if separate else None,
             )
         self.runner = runner
-        # adapt_dense_params: the scalar parts (scale of shape (): a [chains] part) form
-        # the dense block
+        # adapt_dense_params or a dense_factor: the scalar parts (scale of shape (): a
+        # [chains] part) form the dense block
         self._dense_idx: tuple[int, ...] = ()
-        if settings.adapt_dense_params:
+        self._initial_dense_factor: np.ndarray | None = None
+        if settings.adapt_dense_params or dense_factor is not None:
+            what = "adapt_dense_params" if dense_factor is None else "dense_factor"
             if not isinstance(runner, XlaChunkRunner):
                 raise ValueError(
-                    "adapt_dense_params runs on one device (the mesh runner applies "
-                    "per-element scales only)"
+                    f"{what} runs on one device (the mesh runner applies per-element scales only)"
                 )
             self._dense_idx = tuple(i for i, sc in enumerate(self.initial_scales) if sc.ndim == 0)
-            if len(self._dense_idx) < 2:
+            p = len(self._dense_idx)
+            if p < 2:
+                raise ValueError(f"{what} needs >= 2 scalar parts (sampled parameters), got {p}")
+            factor = np.eye(p) if dense_factor is None else np.asarray(dense_factor, np.float64)
+            if (
+                factor.shape != (p, p)
+                or not np.all(np.isfinite(factor))
+                or np.any(np.triu(factor, 1) != 0)
+                or np.any(np.diag(factor) <= 0)
+            ):
                 raise ValueError(
-                    "adapt_dense_params needs >= 2 scalar parts (sampled parameters), got "
-                    f"{len(self._dense_idx)}"
+                    f"dense_factor must be a finite lower-triangular [{p}, {p}] matrix with a "
+                    f"positive diagonal (one row per scalar part), got shape {factor.shape}"
                 )
+            self._initial_dense_factor = factor
         self._lp64, self._bootstrap, self._chunk = runner.lp64, runner.bootstrap, runner.chunk
         # Post-warm-up chunks: the runner's program for them, if it has one.
         self._sampling_chunk = getattr(runner, "sampling_chunk", runner.chunk)
@@ -876,7 +895,7 @@ class Sampler:
 
                 def latent_moments(lw=carried["lw"]):
                     x64 = [tf.cast(p, tf.float64) for p in x_parts()]
-                    if dense_idx:  # the block's mean and co-moment close the list
+                    if s.adapt_dense_params:  # the block's mean and co-moment close the list
                         block = tf.stack([x64[j] for j in dense_idx], axis=-1)
                         moments = dense_metric.welford_block_update(lw[0], lw[-2], lw[-1], block)
                         return [*_welford_update(lw[:-2], x64), *moments]
@@ -957,8 +976,8 @@ class Sampler:
         reference = self._lp64([tf.constant(p) for p in x]).numpy()
         if not np.all(np.isfinite(reference)):
             raise ValueError("the log density is not finite at the initial state")
-        # the dense block starts as the diagonal metric: L = I
-        factor = np.eye(len(self._dense_idx)) if self._dense_idx else None
+        # the dense block starts as the given factor (default L = I: the diagonal metric)
+        factor = self._initial_dense_factor
         results = self._bootstrap(
             self._to_u(x, scales, factor),
             self._scales_tensors(scales, dtype, factor),
@@ -975,7 +994,7 @@ class Sampler:
         # the chunk carries the count alone, not 2 float64 copies of the state. With
         # adapt_dense_params the scalar block's mean and co-moment close the list.
         out = _zero_welford([p.shape[1:] for p in x] if self.settings.adapt_diagonal else [])
-        if self._dense_idx:
+        if self.settings.adapt_dense_params:
             out += dense_metric.zero_block_moments(len(self._dense_idx))
         return out
 
@@ -1031,15 +1050,16 @@ class Sampler:
         if self._dense_idx:
             if "dense_factor" not in arrays:
                 raise ValueError(
-                    f"checkpoint {directory} has no dense metric: it was written without "
-                    "adapt_dense_params (sampler.preconditioner: dense_params); resume it "
-                    "with the preconditioner it was started with"
+                    f"checkpoint {directory} has no dense parameter metric: it was written "
+                    "with a diagonal one (or by an older fieldhmc); resume it with the "
+                    "preconditioner and version it was started with"
                 )
             factor = arrays["dense_factor"]
         elif "dense_factor" in arrays:
             raise ValueError(
-                f"checkpoint {directory} holds a dense metric (adapt_dense_params): resume "
-                "it with sampler.preconditioner: dense_params"
+                f"checkpoint {directory} holds a dense parameter metric (dense_params, or "
+                "posterior with a conditional parametrisation): resume it with the "
+                "preconditioner and version it was started with"
             )
         dtype = tf.as_dtype(x[0].dtype)
         template = self._bootstrap(
@@ -1082,7 +1102,7 @@ class Sampler:
             restart(rs, new_scales)
             return
         factor = None
-        if self._dense_idx:  # the block's scales and correlation factor from its co-moment
+        if self.settings.adapt_dense_params:  # the block's scales and factor from its co-moment
             block_scales, factor = dense_metric.dense_window_estimate(float(lw[0]), lw[-1])
             for j, i in enumerate(self._dense_idx):
                 new_scales[i] = np.asarray(block_scales[j], x[i].dtype)

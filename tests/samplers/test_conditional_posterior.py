@@ -144,10 +144,14 @@ def sample_joint(
         field_fn=target.field_from_latents,
         power_fn=lambda f: tf.reduce_sum(f**2, axis=[-3, -2, -1])[:, None],
     )
-    # the posterior metric of a conditional config (workflow._scales)
-    hyper_scales = model.hyper_posterior_scales()
-    scales = [np.asarray(hyper_scales[n]) for n in HYPERS] + [np.ones(GRID.grid_shape)]
-    sampler = Sampler(target, settings, model.latent_names, scales, outputs)
+    # the posterior metric of a conditional config (workflow._scales and
+    # workflow._hyper_dense_factor): marginal Fisher widths, and the Fisher correlation
+    names, cov = model.hyper_posterior_covariance()
+    assert names == HYPERS and tuple(model.latent_names) == (*HYPERS, "field")
+    sd = np.sqrt(np.diag(cov))
+    scales = [np.asarray(v) for v in sd] + [np.ones(GRID.grid_shape)]
+    factor = np.linalg.cholesky(cov / np.outer(sd, sd))
+    sampler = Sampler(target, settings, model.latent_names, scales, outputs, dense_factor=factor)
     init = [np.asarray(v) for v in model.init_latents("prior", num_chains, seed=stateless_seed(1))]
     sink = MemorySink()
     with tempfile.TemporaryDirectory() as d:
