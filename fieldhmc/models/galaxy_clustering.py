@@ -226,6 +226,13 @@ class GalaxyClusteringForward:
             )
         return out
 
+    @property
+    def predicts_modes(self) -> bool:
+        """With the deconvolution the prediction is made in Fourier space: white noise's
+        likelihood then reads ``from_modes(..., return_modes=True)`` (Parseval) and the
+        inverse transform is skipped. Without it the modes would cost an extra rfft3d."""
+        return bool(self.lpt.deconvolve)
+
     def from_modes(
         self,
         modes,

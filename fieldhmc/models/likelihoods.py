@@ -257,6 +257,33 @@ class GaussianLikelihood(Likelihood):
         terms = tf.cast(lc["weights"], residual.dtype) * tf.square(residual)
         return -0.5 * reduce_sum_float64(terms) + lc["log_norm"]
 
+    def modes_constants(self, data, dtype) -> dict[str, tf.Tensor]:
+        """Constants of :meth:`log_prob_modes` (Fourier-diagonal noise only): the data's
+        unnormalised ``rfft3d`` and the per-:math:`k_z` weights :math:`h_k \\bar W / N`
+        (1-D, length ``n2 // 2 + 1``)."""
+        if not self.is_fourier_diagonal:
+            raise ValueError("log_prob_modes needs a scalar sigma and no mask")
+        real = tf.as_dtype(dtype)
+        complex_dtype = tf.complex64 if real == tf.float32 else tf.complex128
+        modes = np.fft.rfftn(np.asarray(data, np.float64))
+        h = self.grid.hermitian_weights()[0, 0]  # depends on k_z only
+        scale = float(self.weights.flat[0]) / self.grid.num_cells
+        return {
+            "data_modes": tf.constant(modes.astype(complex_dtype.as_numpy_dtype)),
+            "modes_weights": tf.constant(h * scale, real),
+        }
+
+    def log_prob_modes(self, prediction_modes, lc):
+        """:meth:`log_prob` of the prediction given by its unnormalised ``rfft3d``
+        ``[..., n0, n1, n2 // 2 + 1]`` (needs :meth:`modes_constants` in ``lc``). For
+        white noise Parseval gives the residual's squares from its modes,
+        :math:`\\sum_x r_x^2 = N^{-1} \\sum_k h_k |R_k|^2` (Hermitian weights :math:`h_k`),
+        so a forward model that ends in Fourier space needs no inverse transform."""
+        residual = lc["data_modes"] - prediction_modes
+        re, im = tf.math.real(residual), tf.math.imag(residual)
+        terms = lc["modes_weights"] * (tf.square(re) + tf.square(im))
+        return -0.5 * reduce_sum_float64(terms) + lc["log_norm"]
+
     def distribution(self, prediction, sigma2_delta=None):
         noise = tfd.Normal(prediction, tf.constant(self.sigma_safe, prediction.dtype))
         if self.mask is not None:

@@ -14,7 +14,9 @@ The composition of the building blocks (one module each):
 Cost from the modes (``from_modes``), transforms forward (as many backward): 2LPT + RSD
 10 (6 + 1 + 3; 1LPT: 3), :math:`b_{\\nabla^2}` 1, deconvolution 2 (1 with
 ``return_modes``): **13 FFT pairs per gradient** for the full model with a real output,
-12 with modes out; plus one 8-corner scatter forward and its gathers backward.
+12 with modes out (what the galaxy model's white-noise likelihood reads:
+:class:`~fieldhmc.models.ForwardFieldModel`); plus one 8-corner scatter forward and its
+gathers backward.
 """
 
 from __future__ import annotations

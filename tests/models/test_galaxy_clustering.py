@@ -324,3 +324,54 @@ def test_forward_rejects_unphysical_construction_and_unknown_parameters():
             1.0,
             forward=GalaxyClusteringForward(grid, omega_m=0.31),
         )
+
+
+def test_white_noise_likelihood_reads_the_predicted_modes_one_fft_pair_fewer():
+    """With a scalar sigma and no mask the galaxy model's likelihood takes the forward
+    model's modes (Parseval) instead of its real-space output: the log density and its
+    gradient equal the real-space path's (float64, to rounding), and the compiled value
+    and gradient perform 12 transforms each way per chain, not 13 (the deconvolved
+    prediction's irfft3d and its adjoint are gone)."""
+    import importlib.util
+    from pathlib import Path
+
+    from fieldhmc import config as cfg
+    from fieldhmc import workflow
+    from fieldhmc.samplers import stateless_seed
+
+    root = Path(__file__).resolve().parents[2]
+    config = cfg.load_config(
+        root / "configs" / "galaxy_clustering_16.yaml", ["grid.shape=[8,8,8]", "precision=float64"]
+    )
+    fourier = workflow.build_model(config)
+    real = workflow.build_model(config)
+    assert fourier._likelihood_from_modes
+    real._likelihood_from_modes = False  # the real-space path of the same model
+    data = np.asarray(workflow.obtain_data(config, fourier).data)
+    latents = [tf.constant(v) for v in fourier.init_latents("prior", 2, seed=stateless_seed(3))]
+
+    def value_and_gradient(model):
+        target = model.target_log_prob_fn(data)
+
+        def vg(*x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                lp = target(*x)
+            return lp, tape.gradient(lp, x)
+
+        return vg
+
+    lp_f, g_f = value_and_gradient(fourier)(*latents)
+    lp_r, g_r = value_and_gradient(real)(*latents)
+    np.testing.assert_allclose(lp_f.numpy(), lp_r.numpy(), rtol=1e-12)
+    for a, b in zip(g_f, g_r, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-9, atol=1e-9 * np.abs(b).max())
+    spec = importlib.util.spec_from_file_location(
+        "lpt_bench", root / "benchmarks" / "lpt_forward.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for model, pairs in ((fourier, 12), (real, 13)):
+        compiled = tf.function(value_and_gradient(model), jit_compile=True)
+        hlo = compiled.experimental_get_compiler_ir(*latents)(stage="hlo")
+        assert bench.count_fft_fields(hlo, num_chains=2) == {"RFFT": pairs, "IRFFT": pairs}
