@@ -47,8 +47,9 @@ def config_problem(
 ):
     """``(problem, model)`` of a config on a ``grid``³ box; ``field_fn`` stores the real
     coordinates of the orthonormal modes of delta (model-independent). ``dense_hyper``:
-    the posterior metric's dense Fisher block for the sampled P(k) parameters (as the
-    CLI runs it); otherwise their marginal widths alone."""
+    the posterior metric's dense block for the sampled P(k) parameters (their Laplace fit
+    at the data's posterior mode, as the CLI runs it); otherwise its marginal widths
+    alone."""
     config = cfg.load_config(path, [f"grid.shape=[{grid},{grid},{grid}]", *overrides])
     model = workflow.build_model(config)
     # simulated with the config's data seed: the same data for every parametrisation
@@ -63,8 +64,9 @@ def config_problem(
     def field_fn(*parts):
         return packing.real_from_modes(rfft3d(target.field_from_latents(*parts), norm="ortho"))
 
-    scales = workflow._scales(config, model, data)
-    factor = workflow._hyper_dense_factor(config, model) if dense_hyper else None
+    block = workflow._hyper_block(config, model, data)
+    scales = workflow._scales(config, model, data, block)
+    factor = workflow._hyper_dense_factor(model, block) if dense_hyper else None
     return Problem(target, list(model.latent_names), scales, init, field_fn, factor), model
 
 

@@ -371,14 +371,42 @@ def _settings(config: cfg.Config, num_results: int | None = None):
     )
 
 
-def _hyper_scales(config: cfg.Config, model) -> dict[str, float]:
-    """The configured metric's scale of each sampled scalar's latent."""
+def _hyper_block(config: cfg.Config, model, data) -> tuple[tuple[str, ...], np.ndarray] | None:
+    """The posterior metric's block of the sampled P(k) parameters under a conditional
+    parametrisation: ``(names, latent covariance)`` of their Laplace fit at the data's
+    posterior mode (:meth:`~fieldhmc.models.FieldModel.hyper_posterior_laplace`), or the
+    Fisher covariance at the fiducial values if that fit fails; ``None`` for another
+    metric or parametrisation. Not the fiducial Fisher matrix by default: the data's
+    parameters can be far from the fiducial ones (a prior draw in SBC and simulated
+    data), and then it is several times too wide and misses the correlation (log A and
+    n: -0.96 at 32³ against -0.81), and MCLMC's step collapses on the narrow direction
+    (benchmarks/README.md)."""
+    if config.sampler.preconditioner != "posterior" or not model.is_conditional:
+        return None
+    if not model.power_hyper_names:
+        return None
+    fit = model.hyper_posterior_laplace(data)
+    if fit is None:
+        _log.warning(
+            "the Laplace fit of %s at the data's posterior mode failed; their metric is "
+            "the Fisher covariance at the fiducial values",
+            ", ".join(model.power_hyper_names),
+        )
+        return model.hyper_posterior_covariance()
+    names, _, cov = fit
+    return names, cov
+
+
+def _hyper_scales(config: cfg.Config, model, block=None) -> dict[str, float]:
+    """The configured metric's scale of each sampled scalar's latent (``block``: the
+    posterior metric's, :func:`_hyper_block`)."""
     kind = config.sampler.preconditioner
     # conditional parametrisations: the field latent is whitened at every theta, so the
     # posterior metric's hyperparameter scales are their approximate posterior widths
-    posterior_hyper = (
-        model.hyper_posterior_scales() if kind == "posterior" and model.is_conditional else {}
-    )
+    posterior_hyper = {}
+    if block is not None:
+        names, cov = block
+        posterior_hyper = {n: float(np.sqrt(cov[i, i])) for i, n in enumerate(names)}
     out = {}
     for name in model.hyper_names:
         if name in posterior_hyper:
@@ -388,20 +416,16 @@ def _hyper_scales(config: cfg.Config, model) -> dict[str, float]:
     return out
 
 
-def _hyper_dense_factor(config: cfg.Config, model) -> np.ndarray | None:
-    """The posterior metric's dense block for a conditional parametrisation: the lower
-    Cholesky factor of the sampled scalars' correlation, the Fisher correlation
-    (:meth:`~fieldhmc.models.FieldModel.hyper_posterior_covariance`) between the sampled
-    P(k) parameters and the identity for the other scalars, in latent order; ``None``
-    with fewer than two sampled P(k) parameters or another metric. The scales are
-    :func:`_hyper_scales`' marginal widths, so the block's metric is the Fisher
-    covariance: a diagonal one cannot follow log A and n, correlated up to -0.96 at
-    64³ (benchmarks/README.md)."""
-    if config.sampler.preconditioner != "posterior" or not model.is_conditional:
+def _hyper_dense_factor(model, block) -> np.ndarray | None:
+    """The posterior metric's dense block (``block``: :func:`_hyper_block`) as the lower
+    Cholesky factor of the sampled scalars' correlation: the block's between the sampled
+    P(k) parameters, the identity for the other scalars, in latent order; ``None`` with
+    fewer than two sampled P(k) parameters or no block. The scales are
+    :func:`_hyper_scales`' marginal widths, so the metric is the block's covariance: a
+    diagonal one cannot follow log A and n, correlated -0.96 to -0.98 at 32³-64³."""
+    if block is None or len(block[0]) < 2:
         return None
-    names, cov = model.hyper_posterior_covariance()
-    if len(names) < 2:
-        return None
+    names, cov = block
     scalars = [n for n in model.latent_names if n != "field"]
     idx = [scalars.index(n) for n in names]
     sd = np.sqrt(np.diag(cov))
@@ -410,11 +434,14 @@ def _hyper_dense_factor(config: cfg.Config, model) -> np.ndarray | None:
     return np.linalg.cholesky(corr)
 
 
-def _scales(config: cfg.Config, model, data) -> list[np.ndarray]:
-    """Per-part metric scales M^{-1/2} for the configured preconditioner."""
+def _scales(config: cfg.Config, model, data, block=None) -> list[np.ndarray]:
+    """Per-part metric scales M^{-1/2} for the configured preconditioner (``block``:
+    :func:`_hyper_block`'s, made here if not given)."""
     kind = config.sampler.preconditioner
     dtype = np.dtype(config.precision)
-    hyper = _hyper_scales(config, model)
+    if block is None:
+        block = _hyper_block(config, model, data)
+    hyper = _hyper_scales(config, model, block)
     scales = []
     for name in model.latent_names:
         if name != "field":
@@ -531,13 +558,17 @@ class Built:
     tracked: np.ndarray
     state_fn: object = None
     target: object = None
+    metric_fn: object = None
 
     def repin(self, data: np.ndarray) -> None:
         """Point the compiled sampler at new data (no retrace): ``build(...,
-        repinnable=True)`` only."""
+        repinnable=True)`` only. A data-dependent metric (the posterior metric's block of
+        the sampled P(k) parameters) is re-made for the new data."""
         if self.target is None:
             raise ValueError("this sampler's target is pinned to its data; build it repinnable")
         self.target.pin(data)
+        if self.metric_fn is not None:
+            self.sampler.set_metric(*self.metric_fn(data))
 
 
 def build(
@@ -586,7 +617,7 @@ def build(
             data,
             mesh,
             preconditioner=config.sampler.preconditioner or "identity",
-            hyper_scales=_hyper_scales(config, model),
+            hyper_scales=_hyper_scales(config, model, _hyper_block(config, model, data)),
         )
         return Built(
             model,
@@ -603,15 +634,19 @@ def build(
     # the target maps latents to fields given its (re-pinnable) data: the 'conditional'
     # parametrisation's latent is measured from a data-dependent mean
     field_outputs = _field_outputs(config, model, target_fn)
+
+    def metric(data):  # (scales, dense factor)
+        block = _hyper_block(config, model, data)
+        return _scales(config, model, data, block), _hyper_dense_factor(model, block)
+
+    scales, factor = metric(data)
     sampler = Sampler(
-        target_fn,
-        settings,
-        model.latent_names,
-        _scales(config, model, data),
-        field_outputs,
-        dense_factor=_hyper_dense_factor(config, model),
+        target_fn, settings, model.latent_names, scales, field_outputs, dense_factor=factor
     )
-    return Built(model, sampler, field_outputs, kbins, tracked, target=target)
+    # the posterior metric depends on the data (not only through the conditional block:
+    # its field part too, for a non-conditional parametrisation)
+    metric_fn = metric if config.sampler.preconditioner == "posterior" else None
+    return Built(model, sampler, field_outputs, kbins, tracked, target=target, metric_fn=metric_fn)
 
 
 def initial_state(config: cfg.Config, built: Built, data: np.ndarray):

@@ -361,3 +361,34 @@ def test_field_outputs_read_packed_modes_when_the_map_is_fixed(config, packed):
         np.testing.assert_allclose(
             fo.tracked_fn(got).numpy(), tracked, rtol=0, atol=2e-5 * np.abs(tracked).max()
         )
+
+
+def test_posterior_metric_block_is_the_datas_laplace_fit_and_follows_repin():
+    """configs/hierarchical_64.yaml at 8³: the posterior metric's scales for log A and n
+    are the marginal widths of their Laplace fit at the data's posterior mode, the
+    sampler's dense factor its correlation; a re-pinned (SBC) sampler gets the new
+    data's fit without a new build."""
+    config = load_config(ROOT / "configs" / "hierarchical_64.yaml", ["grid.shape=[8,8,8]"])
+    model = workflow.build_model(config)
+    from fieldhmc.samplers import stateless_seed
+
+    data = [np.asarray(model.sample(seed=stateless_seed(s))["data"]) for s in (5, 6)]
+    built = workflow.build(config, data[0], model=model, repinnable=True)
+
+    def expected(d):
+        names, _, cov = model.hyper_posterior_laplace(d)
+        sd = np.sqrt(np.diag(cov))
+        return sd, np.linalg.cholesky(cov / np.outer(sd, sd))
+
+    for i, d in enumerate(data):
+        if i:
+            built.repin(d)
+        sd, factor = expected(d)
+        sampler = built.sampler
+        hyper = [float(sampler.initial_scales[model.latent_names.index(n)]) for n in HYPER]
+        np.testing.assert_allclose(hyper, sd, rtol=1e-6)
+        np.testing.assert_allclose(sampler._initial_dense_factor, factor, rtol=1e-12)
+    assert not np.allclose(expected(data[0])[0], expected(data[1])[0], rtol=1e-3)
+
+
+HYPER = ("log_amplitude", "index")

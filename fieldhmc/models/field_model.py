@@ -1041,6 +1041,94 @@ class FieldModel(abc.ABC):
                 slopes[i] = abs(float(slope))
         return names, cov / np.outer(slopes, slopes)
 
+    def hyper_posterior_laplace(
+        self, data, max_iterations: int = 50
+    ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray] | None:
+        """Mode and covariance of the sampled P(k) parameters' latents under their
+        posterior, by a Laplace fit (``conditional`` parametrisations).
+
+        At the conditional latent :math:`z = 0` the log density is
+        :math:`\\ln p(\\theta \\mid d)` up to a constant (exactly for white Gaussian noise
+        without a mask: the latent is white given :math:`\\theta`; through the linear
+        surrogate otherwise), so its maximum over the P(k) latents -- the other sampled
+        scalars at their fiducial values -- is the posterior mode and minus its inverse
+        Hessian the covariance. Newton steps from the fiducial values, each Hessian by
+        central differences of the autodiff gradient (one batched evaluation of
+        ``2 p + 1`` points, steps of 1% of the current widths), where it is not concave
+        (far from the mode) a Fisher-scoring step with the fiducial Fisher matrix; a step
+        limited to one prior width and halved while the log density falls.
+        :meth:`hyper_posterior_covariance` evaluates the Fisher matrix at the fiducial
+        values instead, which is far off when the data's parameters are
+        (``configs/hierarchical_64.yaml``'s simulated data at 16³: log A 8.68, n -1.12
+        against 6.91, -1.5; Fisher widths 3x the posterior's, correlation -0.06 against
+        -0.76).
+
+        Returns
+        -------
+        (names, mode, covariance) or None
+            Latent mode ``[p]`` and covariance ``[p, p]`` (float64) of the sampled P(k)
+            parameters (:attr:`power_hyper_names` order); ``None`` if there are none, the
+            parametrisation is not conditional, or the fit fails (non-finite values at
+            the start, a step halved to nothing, no convergence).
+        """
+        names = tuple(self.power_hyper_names)
+        if not names or not self.is_conditional:
+            return None
+        from fieldhmc.samplers import stateless_seed
+
+        target = self.target_log_prob_fn(data)
+        base = [np.asarray(v) for v in self.init_latents("zeros", 1, seed=stateless_seed(0))]
+        idx = [list(self.latent_names).index(n) for n in names]
+        p = len(names)
+        dtype = base[idx[0]].dtype
+
+        def evaluate(points):  # [m, p] -> lp [m], gradient [m, p] (float64)
+            parts = [tf.constant(np.repeat(b, len(points), axis=0)) for b in base]
+            for j, i in enumerate(idx):
+                parts[i] = tf.constant(points[:, j].astype(dtype))
+            watched = [parts[i] for i in idx]
+            with tf.GradientTape() as tape:
+                tape.watch(watched)
+                lp = target(*parts)
+            grads = tape.gradient(lp, watched)
+            return (
+                lp.numpy().astype(np.float64),
+                np.stack([g.numpy() for g in grads], -1).astype(np.float64),
+            )
+
+        u = np.array([float(base[i][0]) for i in idx])
+        _, fisher_cov = self.hyper_posterior_covariance()
+        prior_scale = np.array([self.hyper_latent_scale(n) for n in names])
+        width = np.sqrt(np.diag(fisher_cov))
+        lp_prev = u_prev = step = None
+        for _ in range(max_iterations):
+            h = 1e-2 * width
+            points = np.concatenate([u[None], u + np.diag(h), u - np.diag(h)])
+            lp, grad = evaluate(points)
+            fell = lp_prev is not None and not lp[0] >= lp_prev - 1e-7 * abs(lp_prev)
+            if fell or not (np.all(np.isfinite(lp)) and np.all(np.isfinite(grad))):
+                if step is None or np.max(np.abs(step) / width) < 1e-6:
+                    return None
+                step = 0.5 * step  # the step overshot (or left the support): halve it
+                u = u_prev + step
+                continue
+            hessian = (grad[1 : p + 1] - grad[p + 1 :]).T / (2 * h)  # column j: d/du_j
+            hessian = 0.5 * (hessian + hessian.T)
+            if np.all(np.linalg.eigvalsh(hessian) < 0):  # Newton
+                cov = np.linalg.inv(-hessian)
+                width = np.sqrt(np.diag(cov))
+                step = cov @ grad[0]
+                if float(np.sqrt(step @ -hessian @ step)) < 1e-3:  # in posterior widths
+                    return names, u, cov
+            else:  # not concave here (far from the mode): a Fisher scoring step
+                step = fisher_cov @ grad[0]
+            size = float(np.max(np.abs(step) / prior_scale))
+            if size > 1.0:  # at most one prior width per step
+                step = step / size
+            u_prev, lp_prev = u, lp[0]
+            u = u + step
+        return None
+
     def hyper_posterior_scales(self) -> dict[str, float]:
         """Approximate posterior standard deviations of the sampled P(k) parameters'
         latents: the square roots of the diagonal of :meth:`hyper_posterior_covariance`

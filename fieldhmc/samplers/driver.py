@@ -608,18 +608,9 @@ class Sampler:
             p = len(self._dense_idx)
             if p < 2:
                 raise ValueError(f"{what} needs >= 2 scalar parts (sampled parameters), got {p}")
-            factor = np.eye(p) if dense_factor is None else np.asarray(dense_factor, np.float64)
-            if (
-                factor.shape != (p, p)
-                or not np.all(np.isfinite(factor))
-                or np.any(np.triu(factor, 1) != 0)
-                or np.any(np.diag(factor) <= 0)
-            ):
-                raise ValueError(
-                    f"dense_factor must be a finite lower-triangular [{p}, {p}] matrix with a "
-                    f"positive diagonal (one row per scalar part), got shape {factor.shape}"
-                )
-            self._initial_dense_factor = factor
+            self._initial_dense_factor = self._checked_factor(
+                np.eye(p) if dense_factor is None else dense_factor
+            )
         self._lp64, self._bootstrap, self._chunk = runner.lp64, runner.bootstrap, runner.chunk
         # Post-warm-up chunks: the runner's program for them, if it has one.
         self._sampling_chunk = getattr(runner, "sampling_chunk", runner.chunk)
@@ -635,6 +626,35 @@ class Sampler:
         self._carry = runner.carry  # loaded by run(); the chunk updates it in place
 
     # -- the metric ------------------------------------------------------------------
+    def _checked_factor(self, factor) -> np.ndarray:
+        p = len(self._dense_idx)
+        factor = np.asarray(factor, np.float64)
+        if (
+            factor.shape != (p, p)
+            or not np.all(np.isfinite(factor))
+            or np.any(np.triu(factor, 1) != 0)
+            or np.any(np.diag(factor) <= 0)
+        ):
+            raise ValueError(
+                f"dense_factor must be a finite lower-triangular [{p}, {p}] matrix with a "
+                f"positive diagonal (one row per scalar part), got shape {factor.shape}"
+            )
+        return factor
+
+    def set_metric(self, scales: Sequence[np.ndarray], dense_factor=None) -> None:
+        """Replace the initial metric (``scales`` and, for a sampler with a dense block,
+        ``dense_factor``, kept if ``None``; same shapes) for the next fresh :meth:`run`:
+        the compiled pieces take the metric as arguments, so nothing is retraced (a
+        re-pinned SBC sampler gets each realisation's posterior metric)."""
+        scales = [np.asarray(sc) for sc in scales]
+        if [sc.shape for sc in scales] != [sc.shape for sc in self.initial_scales]:
+            raise ValueError("set_metric: the scales' shapes differ from the sampler's")
+        if dense_factor is not None:
+            if not self._dense_idx:
+                raise ValueError("set_metric: this sampler has no dense block")
+            self._initial_dense_factor = self._checked_factor(dense_factor)
+        self.initial_scales = scales
+
     def _split_metric(self, metric):
         """``(per-part scales, dense factor or None)`` of the chunk's metric list."""
         if self._dense_idx:

@@ -68,3 +68,70 @@ def test_fisher_block_is_the_expected_hessian():
     # the diagonal metric's scales are the marginal widths of the same block
     scales = model.hyper_posterior_scales()
     np.testing.assert_allclose([scales[n] for n in names], sd, rtol=1e-12)
+
+
+def exact_log_posterior(theta, d2, loc, scale, grid, k_pivot):
+    """log p(log A, n | d) up to a constant from the data's orthonormal modes (NumPy)."""
+    h = grid.hermitian_weights()
+    k = grid.kmag()
+    pos = k > 0
+    log_k = np.log(np.where(pos, k, k_pivot) / k_pivot)
+    v = np.where(pos, np.exp(theta[0] + theta[1] * log_k) * grid.num_cells / grid.volume, 0.0)
+    v = v + SIGMA**2
+    lp = -0.5 * float(np.sum(h * (d2 / v + np.log(v))))
+    return lp - 0.5 * float(np.sum(((np.asarray(theta) - loc) / scale) ** 2))
+
+
+def test_laplace_fit_is_at_the_exact_posterior_mode():
+    """Data simulated at a prior draw of (log A, n) far from the fiducial values: the
+    Laplace fit's mode maximises the exact marginal posterior (NumPy, scipy's optimiser)
+    and its covariance is minus the inverse of that function's Hessian there (central
+    differences); the fiducial Fisher matrix is several times off."""
+    from scipy import optimize
+
+    from fieldhmc.samplers import stateless_seed
+
+    grid = models.Grid((16, 16, 16), 200.0)  # configs/hierarchical_64.yaml's box
+    model = models.GaussianFieldModel(
+        grid,
+        models.PowerLaw(AMPLITUDE, INDEX, K_PIVOT),
+        SIGMA,
+        parametrization="conditional",
+        hyper_priors=PRIORS,
+        dtype=tf.float64,
+    )
+    # the data of a plausible prior draw, 1.5 and 0.8 prior widths off
+    truth = np.array([np.log(AMPLITUDE) + 1.5, INDEX + 0.4])
+    simulator = models.GaussianFieldModel(
+        grid, models.PowerLaw(np.exp(truth[0]), truth[1], K_PIVOT), SIGMA, dtype=tf.float64
+    )
+    data = np.asarray(simulator.sample(seed=stateless_seed(11))["data"])
+    d2 = np.abs(np.fft.rfftn(data, norm="ortho")) ** 2
+    loc = np.array([PRIORS[n][0] for n in PRIORS])
+    scale = np.array([PRIORS[n][1] for n in PRIORS])
+
+    def f(t):
+        return -exact_log_posterior(t, d2, loc, scale, grid, K_PIVOT)
+
+    ref = optimize.minimize(f, truth, method="Nelder-Mead", options={"xatol": 1e-9, "fatol": 1e-12})
+    mode = ref.x
+    eps = 1e-4
+    hess = np.empty((2, 2))
+    for a in range(2):
+        for b in range(2):
+            ea, eb = np.eye(2)[a] * eps, np.eye(2)[b] * eps
+            hess[a, b] = (
+                f(mode + ea + eb) - f(mode + ea - eb) - f(mode - ea + eb) + f(mode - ea - eb)
+            ) / (4 * eps**2)
+    cov_ref = np.linalg.inv(hess)
+    sd = np.sqrt(np.diag(cov_ref))
+
+    names, u, cov = model.hyper_posterior_laplace(data)
+    assert names == tuple(PRIORS)
+    assert np.all(np.abs(u - mode) / sd < 1e-2), (u, mode, sd)
+    np.testing.assert_allclose(cov, cov_ref, rtol=2e-2, atol=2e-2 * sd.min() ** 2)
+    # the case it is for: the data's parameters are many posterior widths from the
+    # fiducial values, where the Fisher widths are far too wide
+    assert np.max(np.abs(mode - loc) / sd) > 3
+    _, fisher = model.hyper_posterior_covariance()
+    assert np.max(np.sqrt(np.diag(fisher)) / sd) > 1.5

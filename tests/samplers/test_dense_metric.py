@@ -298,3 +298,18 @@ def test_fixed_factor_rules():
         Sampler(target, settings, ["v", "a", "b"], scales, dense_factor=-np.eye(2))
     with pytest.raises(ValueError, match="dense_factor needs >= 2 scalar parts"):
         Sampler(target, settings, ["v", "a", "b"], scales[:2], dense_factor=np.eye(1))
+
+
+def test_set_metric_replaces_the_start_metric_and_checks_it():
+    sampler = _fixed_sampler(np.linalg.cholesky(P_CORR))
+    scales = [np.full(V_SD.size, 2.0, np.float32), *np.float32([1.0, 2.0, 3.0])]
+    sampler.set_metric(scales, np.eye(3))
+    np.testing.assert_array_equal(sampler._initial_dense_factor, np.eye(3))
+    assert [float(s) for s in sampler.initial_scales[1:]] == [1.0, 2.0, 3.0]
+    with pytest.raises(ValueError, match="shapes differ"):
+        sampler.set_metric(scales[:2])
+    with pytest.raises(ValueError, match="lower-triangular"):
+        sampler.set_metric(scales, np.ones((3, 3)))
+    plain = Sampler(correlated_target, SamplerSettings(), NAMES, scales)
+    with pytest.raises(ValueError, match="no dense block"):
+        plain.set_metric(scales, np.eye(3))
