@@ -376,15 +376,18 @@ def _hyper_block(config: cfg.Config, model, data) -> tuple[tuple[str, ...], np.n
     parametrisation: ``(names, latent covariance)`` of their Laplace fit at the data's
     posterior mode (:meth:`~fieldhmc.models.FieldModel.hyper_posterior_laplace`), or the
     Fisher covariance at the fiducial values if that fit fails; ``None`` for another
-    metric or parametrisation. Not the fiducial Fisher matrix by default: the data's
-    parameters can be far from the fiducial ones (a prior draw in SBC and simulated
-    data), and then it is several times too wide and misses the correlation (log A and
-    n: -0.96 at 32³ against -0.81), and MCLMC's step collapses on the narrow direction
-    (benchmarks/README.md)."""
+    metric or parametrisation, the fiducial Fisher covariance without ``data`` (a mesh
+    run: the fit evaluates the unsharded model). The fiducial Fisher matrix is not the
+    default because the data's parameters can be far from the fiducial ones (a prior
+    draw in SBC and simulated data); then it is several times too wide and misses the
+    correlation (log A and n: -0.96 at 32³ against -0.81), and MCLMC's step collapses
+    on the narrow direction (benchmarks/README.md)."""
     if config.sampler.preconditioner != "posterior" or not model.is_conditional:
         return None
     if not model.power_hyper_names:
         return None
+    if data is None:  # (a mesh run) the Fisher covariance at the fiducial values
+        return model.hyper_posterior_covariance()
     fit = model.hyper_posterior_laplace(data)
     if fit is None:
         _log.warning(
@@ -617,7 +620,8 @@ def build(
             data,
             mesh,
             preconditioner=config.sampler.preconditioner or "identity",
-            hyper_scales=_hyper_scales(config, model, _hyper_block(config, model, data)),
+            # the fiducial Fisher widths: the Laplace fit evaluates the unsharded model
+            hyper_scales=_hyper_scales(config, model, _hyper_block(config, model, None)),
         )
         return Built(
             model,
