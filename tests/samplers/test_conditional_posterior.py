@@ -144,9 +144,9 @@ def sample_joint(
         field_fn=target.field_from_latents,
         power_fn=lambda f: tf.reduce_sum(f**2, axis=[-3, -2, -1])[:, None],
     )
-    # the posterior metric of a conditional config (workflow._scales and
-    # workflow._hyper_dense_factor): marginal Fisher widths, and the Fisher correlation
-    names, cov = model.hyper_posterior_covariance()
+    # the posterior metric of a conditional config (workflow._hyper_block): the marginal
+    # widths and the correlation of the Laplace fit at the data's posterior mode
+    names, _, cov = model.hyper_posterior_laplace(data)
     assert names == HYPERS and tuple(model.latent_names) == (*HYPERS, "field")
     sd = np.sqrt(np.diag(cov))
     scales = [np.asarray(v) for v in sd] + [np.ones(GRID.grid_shape)]
