@@ -376,8 +376,9 @@ def _hyper_block(config: cfg.Config, model, data) -> tuple[tuple[str, ...], np.n
     parametrisation: ``(names, latent covariance)`` of their Laplace fit at the data's
     posterior mode (:meth:`~fieldhmc.models.FieldModel.hyper_posterior_laplace`), or the
     Fisher covariance at the fiducial values if that fit fails; ``None`` for another
-    metric or parametrisation, the fiducial Fisher covariance without ``data`` (a mesh
-    run: the fit evaluates the unsharded model). The fiducial Fisher matrix is not the
+    metric or parametrisation. The fiducial Fisher covariance without ``data`` (a mesh
+    run: the fit evaluates the unsharded model) and for a forward model or non-Gaussian
+    likelihood (where the fit was not validated). The fiducial Fisher matrix is not the
     default because the data's parameters can be far from the fiducial ones (a prior
     draw in SBC and simulated data); then it is several times too wide and misses the
     correlation (log A and n: -0.96 at 32³ against -0.81), and MCLMC's step collapses
@@ -386,7 +387,10 @@ def _hyper_block(config: cfg.Config, model, data) -> tuple[tuple[str, ...], np.n
         return None
     if not model.power_hyper_names:
         return None
-    if data is None:  # (a mesh run) the Fisher covariance at the fiducial values
+    if data is None or not model.is_gaussian_likelihood:
+        # a mesh run, or a forward model or non-Gaussian likelihood, whose z = 0 is only
+        # the surrogate's mean (the galaxy model's fit at 16³ put Omega_m near its bound,
+        # its latent width 6x the Fisher one): the Fisher covariance at the fiducial values
         return model.hyper_posterior_covariance()
     fit = model.hyper_posterior_laplace(data)
     if fit is None:
