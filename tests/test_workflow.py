@@ -392,3 +392,17 @@ def test_posterior_metric_block_is_the_datas_laplace_fit_and_follows_repin():
 
 
 HYPER = ("log_amplitude", "index")
+
+
+def test_posterior_metric_block_of_a_forward_model_is_the_fiducial_fisher():
+    """Where z = 0 is only the surrogate's mean (a forward model), no Laplace fit."""
+    config = load_config(
+        ROOT / "configs" / "galaxy_clustering_16.yaml",
+        ["grid.shape=[8,8,8]", "sampler.preconditioner=posterior"],
+    )
+    model = workflow.build_model(config)
+    data = np.asarray(workflow.obtain_data(config, model).data)
+    names, cov = workflow._hyper_block(config, model, data)
+    expected_names, expected = model.hyper_posterior_covariance()
+    assert names == expected_names == ("Omega_m", "sigma8")
+    np.testing.assert_array_equal(cov, expected)
