@@ -1121,7 +1121,7 @@ class Sampler:
         if restart is not None:
             restart(rs, new_scales)
             return
-        factor = None
+        factor = rs.dense_factor  # a fixed factor stays (None without a dense block)
         if self.settings.adapt_dense_params:  # the block's scales and factor from its co-moment
             block_scales, factor = dense_metric.dense_window_estimate(float(lw[0]), lw[-1])
             for j, i in enumerate(self._dense_idx):

@@ -313,3 +313,24 @@ def test_set_metric_replaces_the_start_metric_and_checks_it():
     plain = Sampler(correlated_target, SamplerSettings(), NAMES, scales)
     with pytest.raises(ValueError, match="no dense block"):
         plain.set_metric(scales, np.eye(3))
+
+
+def test_fixed_factor_survives_the_windowed_diagonal(tmp_path):
+    """A fixed factor with ``adapt_diagonal`` (windowed scales, no dense adaptation): the
+    windows update the scales and keep the factor."""
+    factor = np.linalg.cholesky(P_CORR)
+    settings = SamplerSettings(
+        kind="hmc",
+        num_chains=4,
+        num_burnin_steps=120,
+        num_results=10,
+        num_leapfrog_steps=4,
+        chunk_size=130,
+        adapt_diagonal=True,
+    )
+    scales = [np.ones(V_SD.size, np.float32), *P_SD.astype(np.float32)]
+    sampler = Sampler(correlated_target, settings, NAMES, scales, dense_factor=factor)
+    summary = sampler.run(MemorySink(), tmp_path, _init(), progress=False)
+    assert summary.complete
+    np.testing.assert_array_equal(summary.dense_factor, factor)
+    assert not np.allclose(summary.scales[0], 1.0)  # the window did update the scales
