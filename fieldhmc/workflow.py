@@ -732,7 +732,7 @@ def export(run: io.RunDirectory, config: cfg.Config, built: Built, result) -> No
     attrs["gradient_evaluations"] = str(result.gradient_evaluations)
     tuning_extra = {}
     # the scalar parameters' dense block: dense_params' last window, or the posterior
-    # metric's fixed Fisher block (conditional parametrisations)
+    # metric's fixed block (conditional parametrisations: _hyper_block)
     if result.dense_factor is not None:
         block = [i for i, sc in enumerate(result.scales) if np.ndim(sc) == 0]
         factor = np.asarray(result.dense_factor)
