@@ -363,6 +363,9 @@ def test_field_outputs_read_packed_modes_when_the_map_is_fixed(config, packed):
         )
 
 
+HYPER = ("log_amplitude", "index")
+
+
 def test_posterior_metric_block_is_the_datas_laplace_fit_and_follows_repin():
     """configs/hierarchical_64.yaml at 8³: the posterior metric's scales for log A and n
     are the marginal widths of their Laplace fit at the data's posterior mode, the
@@ -389,9 +392,6 @@ def test_posterior_metric_block_is_the_datas_laplace_fit_and_follows_repin():
         np.testing.assert_allclose(hyper, sd, rtol=1e-6)
         np.testing.assert_allclose(sampler._initial_dense_factor, factor, rtol=1e-12)
     assert not np.allclose(expected(data[0])[0], expected(data[1])[0], rtol=1e-3)
-
-
-HYPER = ("log_amplitude", "index")
 
 
 def test_posterior_metric_block_of_a_forward_model_is_the_fiducial_fisher():
