@@ -23,43 +23,54 @@ AMPLITUDE, INDEX, K_PIVOT, SIGMA = 1000.0, -1.5, 0.1, 2.0
 PRIORS = {"log_amplitude": (np.log(AMPLITUDE), 1.0), "index": (INDEX, 0.5)}
 
 
-def expected_log_likelihood(theta, theta0):
-    """E over data simulated at ``theta0`` of log p(d | theta), up to a constant (NumPy)."""
-    h = GRID.hermitian_weights()
-    k = GRID.kmag()
-    pos = k > 0
-    log_k = np.log(np.where(pos, k, K_PIVOT) / K_PIVOT)
-    to_s = GRID.num_cells / GRID.volume  # P(k) -> variance of an orthonormal mode
-
-    def variance(t):
-        return np.where(pos, np.exp(t[0] + t[1] * log_k) * to_s, 0.0) + SIGMA**2
-
-    v, v0 = variance(theta), variance(theta0)
-    return -0.5 * float(np.sum(h * (v0 / v + np.log(v))))
-
-
-def test_fisher_block_is_the_expected_hessian():
-    model = models.GaussianFieldModel(
-        GRID,
+def conditional_model(grid):
+    """The config's P(k) and noise, log A and n sampled, conditional, float64."""
+    return models.GaussianFieldModel(
+        grid,
         models.PowerLaw(AMPLITUDE, INDEX, K_PIVOT),
         SIGMA,
         parametrization="conditional",
         hyper_priors=PRIORS,
         dtype=tf.float64,
     )
-    names, cov = model.hyper_posterior_covariance()
-    assert names == tuple(PRIORS)
-    theta0 = np.array([np.log(AMPLITUDE), INDEX])
-    eps = 1e-3
+
+
+def mode_variance(theta, grid):
+    """Variance s_k(log A, n) + sigma^2 of each real coordinate of the data's orthonormal
+    modes, and the modes' Hermitian weights (NumPy)."""
+    k = grid.kmag()
+    pos = k > 0
+    log_k = np.log(np.where(pos, k, K_PIVOT) / K_PIVOT)
+    to_s = grid.num_cells / grid.volume  # P(k) -> variance of an orthonormal mode
+    s = np.where(pos, np.exp(theta[0] + theta[1] * log_k) * to_s, 0.0)
+    return s + SIGMA**2, grid.hermitian_weights()
+
+
+def central_hessian(f, x, eps):
+    """Hessian of ``f`` at ``x`` (2-D) by central differences of step ``eps``."""
     hess = np.empty((2, 2))
     for a in range(2):
         for b in range(2):
             ea, eb = np.eye(2)[a] * eps, np.eye(2)[b] * eps
-            f = [
-                expected_log_likelihood(theta0 + sa * ea + sb * eb, theta0)
-                for sa, sb in ((1, 1), (1, -1), (-1, 1), (-1, -1))
-            ]
-            hess[a, b] = (f[0] - f[1] - f[2] + f[3]) / (4 * eps**2)
+            hess[a, b] = (f(x + ea + eb) - f(x + ea - eb) - f(x - ea + eb) + f(x - ea - eb)) / (
+                4 * eps**2
+            )
+    return hess
+
+
+def expected_log_likelihood(theta, theta0):
+    """E over data simulated at ``theta0`` of log p(d | theta), up to a constant (NumPy)."""
+    v, h = mode_variance(theta, GRID)
+    v0, _ = mode_variance(theta0, GRID)
+    return -0.5 * float(np.sum(h * (v0 / v + np.log(v))))
+
+
+def test_fisher_block_is_the_expected_hessian():
+    model = conditional_model(GRID)
+    names, cov = model.hyper_posterior_covariance()
+    assert names == tuple(PRIORS)
+    theta0 = np.array([np.log(AMPLITUDE), INDEX])
+    hess = central_hessian(lambda t: expected_log_likelihood(t, theta0), theta0, 1e-3)
     prior_precision = np.diag([1.0 / PRIORS[n][1] ** 2 for n in names])
     expected = np.linalg.inv(-hess + prior_precision)
     np.testing.assert_allclose(cov, expected, rtol=1e-5)
@@ -70,14 +81,9 @@ def test_fisher_block_is_the_expected_hessian():
     np.testing.assert_allclose([scales[n] for n in names], sd, rtol=1e-12)
 
 
-def exact_log_posterior(theta, d2, loc, scale, grid, k_pivot):
+def exact_log_posterior(theta, d2, loc, scale, grid):
     """log p(log A, n | d) up to a constant from the data's orthonormal modes (NumPy)."""
-    h = grid.hermitian_weights()
-    k = grid.kmag()
-    pos = k > 0
-    log_k = np.log(np.where(pos, k, k_pivot) / k_pivot)
-    v = np.where(pos, np.exp(theta[0] + theta[1] * log_k) * grid.num_cells / grid.volume, 0.0)
-    v = v + SIGMA**2
+    v, h = mode_variance(theta, grid)
     lp = -0.5 * float(np.sum(h * (d2 / v + np.log(v))))
     return lp - 0.5 * float(np.sum(((np.asarray(theta) - loc) / scale) ** 2))
 
@@ -92,14 +98,7 @@ def test_laplace_fit_is_at_the_exact_posterior_mode():
     from fieldhmc.samplers import stateless_seed
 
     grid = models.Grid((16, 16, 16), 200.0)  # configs/hierarchical_64.yaml's box
-    model = models.GaussianFieldModel(
-        grid,
-        models.PowerLaw(AMPLITUDE, INDEX, K_PIVOT),
-        SIGMA,
-        parametrization="conditional",
-        hyper_priors=PRIORS,
-        dtype=tf.float64,
-    )
+    model = conditional_model(grid)
     # the data of a plausible prior draw, 1.5 and 0.8 prior widths off
     truth = np.array([np.log(AMPLITUDE) + 1.5, INDEX + 0.4])
     simulator = models.GaussianFieldModel(
@@ -111,19 +110,11 @@ def test_laplace_fit_is_at_the_exact_posterior_mode():
     scale = np.array([PRIORS[n][1] for n in PRIORS])
 
     def f(t):
-        return -exact_log_posterior(t, d2, loc, scale, grid, K_PIVOT)
+        return -exact_log_posterior(t, d2, loc, scale, grid)
 
     ref = optimize.minimize(f, truth, method="Nelder-Mead", options={"xatol": 1e-9, "fatol": 1e-12})
     mode = ref.x
-    eps = 1e-4
-    hess = np.empty((2, 2))
-    for a in range(2):
-        for b in range(2):
-            ea, eb = np.eye(2)[a] * eps, np.eye(2)[b] * eps
-            hess[a, b] = (
-                f(mode + ea + eb) - f(mode + ea - eb) - f(mode - ea + eb) + f(mode - ea - eb)
-            ) / (4 * eps**2)
-    cov_ref = np.linalg.inv(hess)
+    cov_ref = np.linalg.inv(central_hessian(f, mode, 1e-4))
     sd = np.sqrt(np.diag(cov_ref))
 
     names, u, cov = model.hyper_posterior_laplace(data)
