@@ -9,7 +9,11 @@ data and from the same initial state, in this process. Printed per row: warm-up 
 post-warm-up gradient evaluations (all chains), the tuned step size, the bulk ESS of each
 sampled parameter and the minimum over every real coordinate of delta's orthonormal
 Fourier modes (the mean mode excluded), and gradients per min-ESS, the minimum over the
-parameters *and* the field (issue 26's and 29's figure). Warm-up and draws are the
+parameters *and* the field (issue 26's and 29's figure). ``--preconditioners`` takes any
+of the config's (``posterior`` too); each row's metric is the CLI's, including the
+conditional parametrisation's block for the sampled P(k) parameters, and a row with no
+sampled parameter (``--set model.hyperparameters.<name>.sample=false``) is the field's
+alone. Warm-up and draws are the
 config's unless ``--burnin`` / ``--results`` are given.
 """
 
@@ -53,8 +57,10 @@ def run_row(path: str, overrides: list[str], model, data, preconditioner: str, s
         return packing.real_from_modes(modes)
 
     outputs = FieldOutputs(field_fn, power_fn=lambda v: tf.zeros([tf.shape(v)[0], 1], v.dtype))
-    scales = workflow._scales(config, model, data)
-    sampler = Sampler(target, settings, model.latent_names, scales, outputs)
+    block = workflow._hyper_block(config, model, data)
+    scales = workflow._scales(config, model, data, block)
+    factor = workflow._hyper_dense_factor(model, block)
+    sampler = Sampler(target, settings, model.latent_names, scales, outputs, dense_factor=factor)
     init = [
         np.asarray(t)
         for t in model.init_latents(
@@ -77,7 +83,7 @@ def run_row(path: str, overrides: list[str], model, data, preconditioner: str, s
     param_ess = {n: float(ess_bulk(traces[n].T)) for n in params}
     field_ess = float(np.min(ess_bulk(post)))
     grads = int(traces["n_steps"].sum())
-    min_ess = min(field_ess, *param_ess.values())
+    min_ess = min([field_ess, *param_ess.values()])
     return {
         "warmup_grads": summary.warmup_gradient_evaluations,
         "grads": grads,

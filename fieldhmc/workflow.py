@@ -371,22 +371,33 @@ def _settings(config: cfg.Config, num_results: int | None = None):
     )
 
 
+# the metrics that use (posterior) or start from (the windowed ones) the P(k) block
+_BLOCK_METRICS = ("posterior", "diagonal", "dense_params")
+
+
 def _hyper_block(config: cfg.Config, model, data) -> tuple[tuple[str, ...], np.ndarray] | None:
     """The posterior metric's block of the sampled P(k) parameters under a conditional
     parametrisation: ``(names, latent covariance)`` of their Laplace fit at the data's
     posterior mode (:meth:`~fieldhmc.models.FieldModel.hyper_posterior_laplace`), or the
     Fisher covariance at the fiducial values if that fit fails; ``None`` for another
-    metric or parametrisation. The fiducial Fisher covariance without ``data`` (a mesh
-    run: the fit evaluates the unsharded model) and for a forward model or non-Gaussian
-    likelihood (where the fit was not validated). The fiducial Fisher matrix is not the
+    metric or parametrisation. The windowed metrics (``diagonal``, ``dense_params``) start
+    from the Laplace fit where there is one: from the prior widths their first windows
+    ran saturated trees (masked 32³, fieldnuts: 105,000 warm-up gradients against
+    28,000; benchmarks/README.md); elsewhere they start from the prior widths. The
+    fiducial Fisher covariance without ``data`` (a mesh run: the fit evaluates the
+    unsharded model) and for a forward model or non-Gaussian likelihood (where the fit
+    was not validated). The fiducial Fisher matrix is not the
     default because the data's parameters can be far from the fiducial ones (a prior
     draw in SBC and simulated data); then it is several times too wide and misses the
     correlation (log A and n: -0.96 at 32³ against -0.81), and MCLMC's step collapses
     on the narrow direction (benchmarks/README.md)."""
-    if config.sampler.preconditioner != "posterior" or not model.is_conditional:
+    if config.sampler.preconditioner not in _BLOCK_METRICS or not model.is_conditional:
         return None
     if not model.power_hyper_names:
         return None
+    fit_only = config.sampler.preconditioner != "posterior"
+    if fit_only and (data is None or not model.is_gaussian_likelihood):
+        return None  # a windowed metric keeps its start off the fit (not measured)
     if data is None or not model.is_gaussian_likelihood:
         # a mesh run, or a forward model or non-Gaussian likelihood, whose z = 0 is only
         # the surrogate's mean (the galaxy model's fit at 16³ put Omega_m near its bound,
@@ -652,8 +663,9 @@ def build(
         target_fn, settings, model.latent_names, scales, field_outputs, dense_factor=factor
     )
     # the posterior metric depends on the data (not only through the conditional block:
-    # its field part too, for a non-conditional parametrisation)
-    metric_fn = metric if config.sampler.preconditioner == "posterior" else None
+    # its field part too, for a non-conditional parametrisation); the windowed metrics'
+    # start through the block
+    metric_fn = metric if config.sampler.preconditioner in _BLOCK_METRICS else None
     return Built(model, sampler, field_outputs, kbins, tracked, target=target, metric_fn=metric_fn)
 
 

@@ -366,17 +366,25 @@ def test_field_outputs_read_packed_modes_when_the_map_is_fixed(config, packed):
 HYPER = ("log_amplitude", "index")
 
 
-def test_posterior_metric_block_is_the_datas_laplace_fit_and_follows_repin():
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["sampler.preconditioner=diagonal", "sampler.kind=fieldnuts"]],
+    ids=["posterior", "diagonal"],
+)
+def test_posterior_metric_block_is_the_datas_laplace_fit_and_follows_repin(overrides):
     """configs/hierarchical_64.yaml at 8³: the posterior metric's scales for log A and n
     are the marginal widths of their Laplace fit at the data's posterior mode, the
     sampler's dense factor its correlation; a re-pinned (SBC) sampler gets the new
-    data's fit without a new build."""
-    config = load_config(ROOT / "configs" / "hierarchical_64.yaml", ["grid.shape=[8,8,8]"])
+    data's fit without a new build. The windowed diagonal metric starts from the same."""
+    config = load_config(
+        ROOT / "configs" / "hierarchical_64.yaml", ["grid.shape=[8,8,8]", *overrides]
+    )
     model = workflow.build_model(config)
     from fieldhmc.samplers import stateless_seed
 
     data = [np.asarray(model.sample(seed=stateless_seed(s))["data"]) for s in (5, 6)]
     built = workflow.build(config, data[0], model=model, repinnable=True)
+    assert built.sampler.settings.adapt_diagonal is bool(overrides)
 
     def expected(d):
         names, _, cov = model.hyper_posterior_laplace(d)
@@ -406,3 +414,7 @@ def test_posterior_metric_block_of_a_forward_model_is_the_fiducial_fisher():
     expected_names, expected = model.hyper_posterior_covariance()
     assert names == expected_names == ("Omega_m", "sigma8")
     np.testing.assert_array_equal(cov, expected)
+    # the shipped windowed metric starts from the prior widths there (no fit to start from)
+    shipped = load_config(ROOT / "configs" / "galaxy_clustering_16.yaml", ["grid.shape=[8,8,8]"])
+    assert shipped.sampler.preconditioner == "diagonal"
+    assert workflow._hyper_block(shipped, model, data) is None
