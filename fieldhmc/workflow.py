@@ -386,7 +386,8 @@ def _hyper_block(config: cfg.Config, model, data) -> tuple[tuple[str, ...], np.n
     28,000; benchmarks/README.md); elsewhere they start from the prior widths. The
     fiducial Fisher covariance without ``data`` (a mesh run: the fit evaluates the
     unsharded model) and for a forward model or non-Gaussian likelihood (where the fit
-    was not validated). The fiducial Fisher matrix is not the
+    was not validated), and under ``conditional_scale`` (whose z = 0 is the field 0). The
+    fiducial Fisher matrix is not the
     default because the data's parameters can be far from the fiducial ones (a prior
     draw in SBC and simulated data); then it is several times too wide and misses the
     correlation (log A and n: -0.96 at 32³ against -0.81), and MCLMC's step collapses
@@ -395,13 +396,15 @@ def _hyper_block(config: cfg.Config, model, data) -> tuple[tuple[str, ...], np.n
         return None
     if not model.power_hyper_names:
         return None
-    fit_only = config.sampler.preconditioner != "posterior"
-    if fit_only and (data is None or not model.is_gaussian_likelihood):
+    # conditional_scale's z = 0 is the field 0, where the density does not see the data
+    fits = data is not None and model.is_gaussian_likelihood and model.has_data_in_latent
+    if not fits and config.sampler.preconditioner != "posterior":
         return None  # a windowed metric keeps its start off the fit (not measured)
-    if data is None or not model.is_gaussian_likelihood:
-        # a mesh run, or a forward model or non-Gaussian likelihood, whose z = 0 is only
-        # the surrogate's mean (the galaxy model's fit at 16³ put Omega_m near its bound,
-        # its latent width 6x the Fisher one): the Fisher covariance at the fiducial values
+    if not fits:
+        # a mesh run, conditional_scale, or a forward model or non-Gaussian likelihood,
+        # whose z = 0 is only the surrogate's mean (the galaxy model's fit at 16³ put
+        # Omega_m near its bound, its latent width 6x the Fisher one): the Fisher
+        # covariance at the fiducial values
         return model.hyper_posterior_covariance()
     fit = model.hyper_posterior_laplace(data)
     if fit is None:

@@ -22,6 +22,25 @@ SAMPLED = {"log_amplitude": {"sample": True}}
         ({"likelihood": {"kind": "lognormal_poisson"}}, "posterior"),
         ({"likelihood": {"kind": "lognormal_poisson", "mask": MASK}}, "prior"),
         ({"hyperparameters": SAMPLED}, "prior"),
+        # conditional with Gaussian data: the block of the P(k) parameters' Laplace fit
+        ({"hyperparameters": SAMPLED, "parametrisation": "conditional"}, "posterior"),
+        (
+            {
+                "hyperparameters": SAMPLED,
+                "parametrisation": "conditional",
+                "likelihood": {"kind": "masked_gaussian", "mask": MASK},
+            },
+            "posterior",
+        ),
+        ({"hyperparameters": SAMPLED, "parametrisation": "conditional_scale"}, "prior"),
+        (
+            {
+                "hyperparameters": SAMPLED,
+                "parametrisation": "conditional",
+                "likelihood": {"kind": "lognormal_poisson"},
+            },
+            "prior",
+        ),
     ],
 )
 def test_default_preconditioner_per_likelihood(model, expected):

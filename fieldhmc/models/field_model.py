@@ -1045,7 +1045,9 @@ class FieldModel(abc.ABC):
         self, data, max_iterations: int = 50
     ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray] | None:
         """Mode and covariance of the sampled P(k) parameters' latents under their
-        posterior, by a Laplace fit (``conditional`` parametrisations).
+        posterior, by a Laplace fit (the ``conditional`` parametrisation: under
+        ``conditional_scale`` the latent z = 0 is the field 0, not the conditional mean,
+        and the log density there does not see the data).
 
         At the conditional latent :math:`z = 0` the log density is
         :math:`\\ln p(\\theta \\mid d)` up to a constant (exactly for white Gaussian noise
@@ -1068,11 +1070,11 @@ class FieldModel(abc.ABC):
         (names, mode, covariance) or None
             Latent mode ``[p]`` and covariance ``[p, p]`` (float64) of the sampled P(k)
             parameters (:attr:`power_hyper_names` order); ``None`` if there are none, the
-            parametrisation is not conditional, or the fit fails (non-finite values at
-            the start, a step halved to nothing, no convergence).
+            parametrisation is not ``conditional``, or the fit fails (non-finite values
+            at the start, a step halved to nothing, no convergence).
         """
         names = tuple(self.power_hyper_names)
-        if not names or not self.is_conditional:
+        if not names or not self.has_data_in_latent:
             return None
         from fieldhmc.samplers import stateless_seed
 

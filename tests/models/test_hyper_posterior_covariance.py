@@ -13,6 +13,8 @@ by central differences of that NumPy function.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import tensorflow as tf
 
@@ -126,3 +128,28 @@ def test_laplace_fit_is_at_the_exact_posterior_mode():
     assert np.max(np.abs(mode - loc) / sd) > 3
     _, fisher = model.hyper_posterior_covariance()
     assert np.max(np.sqrt(np.diag(fisher)) / sd) > 1.5
+
+
+def test_no_laplace_fit_under_conditional_scale():
+    """conditional_scale's latent z = 0 is the field 0, where the log density does not see
+    the data (its "mode" was log A 0.97 against the exact posterior's 4.75 on an 8³
+    problem): no fit there, and the workflow's posterior block is the fiducial Fisher
+    covariance; a windowed metric starts from the prior widths."""
+    from fieldhmc import config as cfg
+    from fieldhmc import workflow
+
+    root = Path(__file__).resolve().parents[2]
+    overrides = ["grid.shape=[8,8,8]", "model.parametrisation=conditional_scale"]
+    config = cfg.load_config(root / "configs" / "hierarchical_64.yaml", overrides)
+    model = workflow.build_model(config)
+    data = np.asarray(workflow.obtain_data(config, model).data)
+    assert model.is_conditional and model.hyper_posterior_laplace(data) is None
+    names, cov = workflow._hyper_block(config, model, data)
+    expected_names, expected = model.hyper_posterior_covariance()
+    assert names == expected_names
+    np.testing.assert_array_equal(cov, expected)
+    windowed = cfg.load_config(
+        root / "configs" / "hierarchical_64.yaml",
+        [*overrides, "sampler.preconditioner=diagonal", "sampler.kind=fieldnuts"],
+    )
+    assert workflow._hyper_block(windowed, model, data) is None
