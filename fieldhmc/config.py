@@ -1311,8 +1311,8 @@ def default_preconditioner(config: "Config") -> str:
     is whitened given the parameters either way) and its block for the sampled P(k)
     parameters is their Laplace fit at the data's posterior mode (MCLMC at 32³: 4.8
     gradients per min-ESS, 185 with the fiducial Fisher widths, which in turn beat the
-    prior widths at 16³: ``benchmarks/README.md``); a sharded run
-    defaults to ``identity`` (``prior`` and ``posterior`` run there too when asked for).
+    prior widths at 16³: ``benchmarks/README.md``); a sharded run defaults to
+    ``identity`` (``prior`` and ``posterior`` run there too when asked for).
     """
     if config.distribution is not None:
         return "identity"

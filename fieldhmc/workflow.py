@@ -387,11 +387,10 @@ def _hyper_block(config: cfg.Config, model, data) -> tuple[tuple[str, ...], np.n
     fiducial Fisher covariance without ``data`` (a mesh run: the fit evaluates the
     unsharded model) and for a forward model or non-Gaussian likelihood (where the fit
     was not validated), and under ``conditional_scale`` (whose z = 0 is the field 0). The
-    fiducial Fisher matrix is not the
-    default because the data's parameters can be far from the fiducial ones (a prior
-    draw in SBC and simulated data); then it is several times too wide and misses the
-    correlation (log A and n: -0.96 at 32³ against -0.81), and MCLMC's step collapses
-    on the narrow direction (benchmarks/README.md)."""
+    fiducial Fisher matrix is not the default because the data's parameters can be far
+    from the fiducial ones (a prior draw in SBC and simulated data); then it is several
+    times too wide and misses the correlation (log A and n: -0.96 at 32³ against -0.81),
+    and MCLMC's step collapses on the narrow direction (benchmarks/README.md)."""
     if config.sampler.preconditioner not in _BLOCK_METRICS or not model.is_conditional:
         return None
     if not model.power_hyper_names:
