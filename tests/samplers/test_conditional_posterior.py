@@ -198,7 +198,8 @@ def joint_zscores(hypers, fields, ref):
 # z-scores are overdispersed (sum z^2 / 1022 = 1.04-1.28 over seeds 23-25 for the mean and
 # variance z's, p down to 1e-7) with the windowed diagonal alone as with dense_params, while
 # theta's pass: an open question about fieldnuts under the windowed metric (or the MCSE
-# of its antithetic field draws), not about the dense block (issue-dense report).
+# of its antithetic field draws), not about the dense block (issue-dense report). Measured
+# with the variance z's earlier MCSE (2 var^2 over the squares' bulk ESS); not re-run.
 RUNS = {
     "hmc": (4, 200, 300),
     "hmc+dense_params": (4, 200, 300),
