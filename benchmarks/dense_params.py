@@ -57,9 +57,7 @@ def run_row(path: str, overrides: list[str], model, data, preconditioner: str, s
         return packing.real_from_modes(modes)
 
     outputs = FieldOutputs(field_fn, power_fn=lambda v: tf.zeros([tf.shape(v)[0], 1], v.dtype))
-    block = workflow._hyper_block(config, model, data)
-    scales = workflow._scales(config, model, data, block)
-    factor = workflow._hyper_dense_factor(model, block)
+    scales, factor, _ = workflow._metric(config, model, data)
     sampler = Sampler(target, settings, model.latent_names, scales, outputs, dense_factor=factor)
     init = [
         np.asarray(t)

@@ -64,9 +64,8 @@ def config_problem(
     def field_fn(*parts):
         return packing.real_from_modes(rfft3d(target.field_from_latents(*parts), norm="ortho"))
 
-    block = workflow._hyper_block(config, model, data)
-    scales = workflow._scales(config, model, data, block)
-    factor = workflow._hyper_dense_factor(model, block) if dense_hyper else None
+    scales, factor, _ = workflow._metric(config, model, data)
+    factor = factor if dense_hyper else None
     return Problem(target, list(model.latent_names), scales, init, field_fn, factor), model
 
 

@@ -136,14 +136,14 @@ def config_problem(path: str, grid: int, chains: int, overrides=()):
         np.asarray(v, dtype) for v in model.init_latents("prior", chains, seed=stateless_seed(1))
     ]
     field = list(model.latent_names).index("field")
-    block = workflow._hyper_block(config, model, data)  # the CLI's metric, dense block too
+    scales, factor, _ = workflow._metric(config, model, data)  # the CLI's, dense block too
     problem = Problem(
         model.target_log_prob_fn(data),
         list(model.latent_names),
-        workflow._scales(config, model, data, block),
+        scales,
         init,
         lambda *parts: parts[field],
-        workflow._hyper_dense_factor(model, block),
+        factor,
     )
     latents = ", ".join(model.latent_names)
     text = f"{Path(path).name} at {n}³ ({latents}; {config.sampler.preconditioner} metric)"

@@ -397,9 +397,9 @@ def _hyper_block(config: cfg.Config, model, data) -> tuple[tuple[str, ...], np.n
         return None
     # conditional_scale's z = 0 is the field 0, where the density does not see the data
     fits = data is not None and model.is_gaussian_likelihood and model.has_data_in_latent
-    if not fits and config.sampler.preconditioner != "posterior":
-        return None  # a windowed metric keeps its start off the fit (not measured)
     if not fits:
+        if config.sampler.preconditioner != "posterior":
+            return None  # a windowed metric keeps its start off the fit (not measured)
         # a mesh run, conditional_scale, or a forward model or non-Gaussian likelihood,
         # whose z = 0 is only the surrogate's mean (the galaxy model's fit at 16³ put
         # Omega_m near its bound, its latent width 6x the Fisher one): the Fisher
@@ -473,6 +473,15 @@ def _scales(config: cfg.Config, model, data, block=None) -> list[np.ndarray]:
         else:  # prior, and the starting point of diagonal / dense_params adaptation
             scales.append((1.0 / np.sqrt(model.prior_precision_diag())).astype(dtype))
     return scales
+
+
+def _metric(config: cfg.Config, model, data):
+    """The configured metric for ``data``, as the CLI builds it: ``(scales, dense factor,
+    block)`` -- :func:`_scales`, :func:`_hyper_dense_factor` and the sampled P(k)
+    parameters' block they are made from (:func:`_hyper_block`; ``None`` if the metric
+    has none)."""
+    block = _hyper_block(config, model, data)
+    return _scales(config, model, data, block), _hyper_dense_factor(model, block), block
 
 
 def tracked_mode_indices(grid, num: int) -> np.ndarray:
@@ -656,18 +665,19 @@ def build(
     # parametrisation's latent is measured from a data-dependent mean
     field_outputs = _field_outputs(config, model, target_fn)
 
-    def metric(data):  # (scales, dense factor)
-        block = _hyper_block(config, model, data)
-        return _scales(config, model, data, block), _hyper_dense_factor(model, block)
-
-    scales, factor = metric(data)
+    scales, factor, block = _metric(config, model, data)
     sampler = Sampler(
         target_fn, settings, model.latent_names, scales, field_outputs, dense_factor=factor
     )
     # the posterior metric depends on the data (not only through the conditional block:
-    # its field part too, for a non-conditional parametrisation); the windowed metrics'
-    # start through the block
-    metric_fn = metric if config.sampler.preconditioner in _BLOCK_METRICS else None
+    # its field part too, for a non-conditional parametrisation); a windowed metric's
+    # start only through the block
+    metric_fn = None
+    if config.sampler.preconditioner == "posterior" or block is not None:
+
+        def metric_fn(data):  # (scales, dense factor)
+            return _metric(config, model, data)[:2]
+
     return Built(model, sampler, field_outputs, kbins, tracked, target=target, metric_fn=metric_fn)
 
 
