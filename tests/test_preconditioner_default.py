@@ -69,7 +69,7 @@ def test_schema_states_the_default():
     assert "prior when the likelihood has a mask" in entry and "benchmarks/README.md" in entry
 
 
-def _poorly_mixed(preconditioner, is_masked):
+def _poorly_mixed(preconditioner, is_masked, **kw):
     rng = np.random.default_rng(5)
     walk = np.cumsum(rng.normal(size=(4, 200)), axis=1)  # ESS far below 400
     return diag.build_summary(
@@ -77,6 +77,7 @@ def _poorly_mixed(preconditioner, is_masked):
         scalars_method="numpy",
         preconditioner=preconditioner,
         is_masked=is_masked,
+        **kw,
     )
 
 
@@ -89,6 +90,20 @@ def test_report_names_the_preconditioner_when_mixing_is_poor():
     assert advice in report
     unmasked = _poorly_mixed("prior", False)["mixing"]["advice"]
     assert "sampler.preconditioner=posterior" in unmasked
+
+
+@pytest.mark.parametrize("preconditioner", ["prior", "posterior"])
+def test_masked_conditional_advice_names_the_windowed_metric(preconditioner):
+    """Under the conditional parametrisation 'prior' and 'posterior' scale the field
+    alike: with a mask the advice is the windowed 'diagonal', not the other of the two;
+    for a kind that tunes its own metric (mclmc, mams) no preconditioner is proposed."""
+    advice = _poorly_mixed(preconditioner, True, conditional=True)["mixing"]["advice"]
+    assert "sampler.preconditioner=diagonal" in advice, advice
+    assert "preconditioner=prior" not in advice and "preconditioner=posterior" not in advice
+    own = _poorly_mixed(preconditioner, True, conditional=True, windowed_metric=False)
+    own = own["mixing"]["advice"]
+    assert "tunes its own metric" in own and "sampler.preconditioner=diagonal" in own
+    assert "--set" not in own
 
 
 def test_no_preconditioner_line_when_mixing_is_fine():

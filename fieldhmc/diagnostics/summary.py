@@ -357,6 +357,8 @@ def build_summary(
     missing_outputs: Sequence[str] | None = None,
     preconditioner: str | None = None,
     is_masked: bool = False,
+    conditional: bool = False,
+    windowed_metric: bool = True,
 ) -> dict[str, Any]:
     """Assemble the machine-readable run summary (``summary.json``).
 
@@ -403,6 +405,9 @@ def build_summary(
         scalars or field modes warn or E-BFMI is low
         (:func:`~fieldhmc.diagnostics.health.preconditioner_advice`).
     is_masked : bool, default False
+    conditional, windowed_metric : bool, default False, True
+        The field's parametrisation is ``conditional``; the sampler kind can adapt a
+        windowed metric (both for the advice line).
 
     Returns
     -------
@@ -483,7 +488,9 @@ def build_summary(
         "mixing": {
             "poor": poor,
             "preconditioner": preconditioner,
-            "advice": preconditioner_advice(preconditioner, is_masked, poor),
+            "advice": preconditioner_advice(
+                preconditioner, is_masked, poor, conditional, windowed_metric
+            ),
         },
         "warnings": warnings,
         "warning_sections": sections,

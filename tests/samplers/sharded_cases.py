@@ -616,13 +616,11 @@ def driver_mclmc_bias(mesh, masked: bool, desired_energy_var: float, num_results
 # --- sampled hyperparameters ---------------------------------------------------------------
 HYPER_SCALES = {"log_amplitude": 0.3, "index": 0.7}
 # (draws, warm-up) of the exact-posterior z-tests; mclmc: more draws (cheaper transitions)
-# (draws, warm-up). Known failure (slow): mclmc's field z's read underdispersed, sum z^2
-# 814 for 1022 at seed 11 (927 at seed 5), since the variance z's MCSE is the squares'
-# (test_conditional_posterior._z). Its mean z's alone read 293-301 for 511 at both seeds,
-# while batch means on the same draws read 462-533: Geyer's truncated ESS stops at the
-# first negative pair of MCLMC's oscillating autocorrelation and underestimates it ~1.7x.
-# The earlier variance MCSE (2 var^2 over the squares' bulk ESS, overdispersed: 611-741)
-# had hidden it in the sum. Open.
+# mclmc's z's take batch-means MCSEs (test_conditional_posterior._z): with Geyer's ESS its
+# field z's read underdispersed, sum z^2 814 for 1022 at seed 11 (927 at seed 5); its mean
+# z's alone 293-301 for 511 at both seeds, batch means on the same draws 462-533. MCLMC is
+# not reversible, and Geyer's initial sequence stops at the first negative pair of its
+# oscillating autocorrelation, ~1.7x under the ESS.
 HYPER_RUNS = {"hmc": (400, 300), "mams": (300, 200), "mclmc": (1000, 200)}
 
 
@@ -931,7 +929,9 @@ def hyper_posterior_ztest(
     init = target.state_from_model([np.asarray(v) for v in latents])
     with tempfile.TemporaryDirectory() as tmp:
         _, traces, fields, secs = _driver_run(sampler, Path(tmp), init)
-    z_theta, z_field = joint_zscores({n: traces[n] for n in HYPERS}, fields["draws"], ref)
+    z_theta, z_field = joint_zscores(
+        {n: traces[n] for n in HYPERS}, fields["draws"], ref, batch_mcse=kind == "mclmc"
+    )
     ok, msg = _looks_standard_normal(z_field)
     return {
         "z_theta": [float(z) for z in z_theta],
