@@ -1068,7 +1068,7 @@ def _diagnose(rundir, config, posterior, stats, power, fields, draws) -> dict:
         missing_outputs=_missing_outputs(rundir, config),
         preconditioner=config.sampler.preconditioner,
         is_masked=config.model.likelihood.mask is not None,
-        conditional=config.model.parametrisation == "conditional",
+        conditional=config.model.parametrisation in ("conditional", "conditional_scale"),
         windowed_metric=not sampler.sampler_kind.tunes_own_metric,
     )
     summary = diagnostics.carry_over(summary, _read_summary(rundir))

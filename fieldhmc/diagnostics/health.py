@@ -317,7 +317,7 @@ def preconditioner_advice(
     poor : sequence of str
         What mixed poorly (e.g. ``"field modes' ESS"``); empty: no line.
     conditional : bool, default False
-        The field is in the ``conditional`` parametrisation (white under the linear
+        The field is in a ``conditional`` parametrisation (white under the linear
         surrogate's posterior), where ``prior`` and ``posterior`` scale the field alike.
     windowed : bool, default True
         The sampler kind can adapt a windowed metric (``diagonal``; not the kinds that

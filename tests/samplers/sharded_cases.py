@@ -616,11 +616,11 @@ def driver_mclmc_bias(mesh, masked: bool, desired_energy_var: float, num_results
 # --- sampled hyperparameters ---------------------------------------------------------------
 HYPER_SCALES = {"log_amplitude": 0.3, "index": 0.7}
 # (draws, warm-up) of the exact-posterior z-tests; mclmc: more draws (cheaper transitions)
-# mclmc's z's take batch-means MCSEs (test_conditional_posterior._z): with Geyer's ESS its
-# field z's read underdispersed, sum z^2 814 for 1022 at seed 11 (927 at seed 5); its mean
-# z's alone 293-301 for 511 at both seeds, batch means on the same draws 462-533. MCLMC is
-# not reversible, and Geyer's initial sequence stops at the first negative pair of its
-# oscillating autocorrelation, ~1.7x under the ESS.
+# mclmc's mean z's take batch-means MCSEs (test_conditional_posterior._z): with Geyer's
+# ESS its field mean z's read underdispersed (sum z^2 293-305 for 511 at seeds 5/11/12,
+# batch means 473-512; all z's 814 for 1022 at seed 11, a failure). MCLMC is not
+# reversible, and Geyer's initial sequence stops at the first negative pair of its
+# oscillating autocorrelation, ~1.7x under the ESS. Sum z^2 now 994/1138/1081 for 1022.
 HYPER_RUNS = {"hmc": (400, 300), "mams": (300, 200), "mclmc": (1000, 200)}
 
 
