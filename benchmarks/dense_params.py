@@ -89,6 +89,13 @@ def run_row(
     param_ess = {n: float(ess_bulk(traces[n].T)) for n in params}
     field_ess = float(np.min(ess_bulk(post)))
     grads = int(traces["n_steps"].sum())
+    dim = sum(int(np.prod(x.shape[1:])) for x in init)
+    energy_error = traces.get("energy_error")
+    eevpd = (
+        float(np.nanvar(energy_error) / dim)
+        if energy_error is not None and np.isfinite(energy_error).any()
+        else None
+    )
     min_ess = min([field_ess, *param_ess.values()])
     return {
         "warmup_grads": summary.warmup_gradient_evaluations,
@@ -100,6 +107,7 @@ def run_row(
         "grads_per_min_ess": grads / min_ess,
         "seconds": seconds,
         "dense_factor": summary.dense_factor,
+        "energy_var_per_dim": eevpd,
     }
 
 
@@ -153,7 +161,12 @@ def main(argv: list[str] | None = None) -> dict:
                     f"{kind:>9} seed {seed} {pre:>12} | warm-up {r['warmup_grads']:>7d} "
                     f"step {r['step_size']:.3f} | grads {r['grads']:>7d} | ESS {ess} | "
                     f"field min {r['field_min_ess']:.0f} | grads/min-ESS "
-                    f"{r['grads_per_min_ess']:.1f} | {r['seconds']:.0f} s",
+                    f"{r['grads_per_min_ess']:.1f} | {r['seconds']:.0f} s"
+                    + (
+                        ""
+                        if r["energy_var_per_dim"] is None
+                        else f" | Var[dE]/d {r['energy_var_per_dim']:.2g}"
+                    ),
                     flush=True,
                 )
                 if r["dense_factor"] is not None:

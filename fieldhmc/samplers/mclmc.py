@@ -75,7 +75,10 @@ MCLMC, warm-up split into stages of fractions ``(0.4, 0.3, 0.3)``:
    :math:`L` is the stage's mean step. A window above twice the tolerance takes the
    step to its law value at once and caps it, for the rest of warm-up, at the step
    that window measured, or at the law value if one of its transitions diverged
-   (:math:`|\Delta E| >` ``MAX_ENERGY_ERROR`` or non-finite). The predictor of stages
+   (:math:`|\Delta E| >` ``MAX_ENERGY_ERROR`` or non-finite). If that law value is
+   below the step of an earlier window within the tolerance, the ε⁶ law broke down
+   between the two (a stability cliff), and that earlier, measured step is kept and
+   caps the rest of warm-up. The predictor of stages
    1-2 remembers the chains' way in from the start (its memory is most of a short
    warm-up), which left its step several times too small on field posteriors and far
    too large on hierarchical ones under the prior metric. The window after a large
@@ -242,8 +245,9 @@ class MicrocanonicalTuning(NamedTuple):
     ``step_size_max``: cap after non-finite steps; ``log_step_size``,
     ``log_step_size_avg``, ``da_step``, ``avg_error``, ``mu``: dual averaging (MAMS;
     MCLMC's stage 3 keeps its windowed sum and count of Var[dE]/d in ``avg_error``
-    and ``da_step``, whether the window has diverged in ``mu``, and the sum of its
-    step sizes in ``log_step_size_avg``);
+    and ``da_step``, whether the window has diverged in ``mu``, the sum of its step
+    sizes in ``log_step_size_avg`` and the largest step a window measured within the
+    tolerance in ``log_step_size``, not a log);
     ``weight``, ``mean``, ``m2``: step-size-weighted Welford moments per chain
     (``[chains, ...]`` per part); ``buffer``: ``[n3, chains, K]`` positions of a
     coordinate subset for the autocorrelation estimate of ``L``.
@@ -880,8 +884,11 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         ``_OVER^(1/6)``. A window above ``_OVER`` times the tolerance sets the step to
         its law value (unclipped) and lowers ``step_size_max`` for the rest of warm-up
         to the window's step, or to the law value if a transition of the window
-        diverged. Uses the MAMS-only ``avg_error`` (sum), ``da_step`` (count) and ``mu``
-        (1 if the window has diverged so far, else 0) of the tuning state.
+        diverged; if that value is below the step of an earlier window within the
+        tolerance (no divergence), the step and the cap are that earlier step. Uses the MAMS-only
+        ``avg_error`` (sum), ``da_step`` (count), ``mu`` (1 if the window has diverged
+        so far, else 0) and ``log_step_size`` (the largest step measured within the
+        tolerance, 0 if none) of the tuning state.
         """
         end2, end3 = self.stage_ends[1], self.stage_ends[2]
         dtype = eps.dtype
@@ -920,15 +927,30 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         diverged = tf.maximum(
             tf.where(restart, tf.zeros([], dtype), tuning.mu), tf.cast(diverging, dtype)
         )  # 1 if a transition of the window so far diverged, else 0
-        ceiling = tf.where(diverged > 0, eps * law, eps)
+        # The largest step a window of this stage measured within _OVER x the tolerance
+        # and without a divergence (0: none yet).
+        good = tf.where(restart, tf.zeros([], dtype), tuning.log_step_size)
+        # A window over the tolerance whose law value lands below a step a window
+        # measured good: the eps^6 law broke down between the two steps (a stability
+        # cliff: galaxy model at 16³, Var[dE]/d 3e-8 at one step, ~10 with a |dE| > 1000
+        # at 4x it, law value 0.8x the good step). The good step, which was measured,
+        # is kept and caps the rest of warm-up. Not a step between the two: one passed
+        # its window on that model and then read Var[dE]/d 56x the tolerance after
+        # warm-up (a window misses rare large errors).
+        broken = (good > 0) & (eps * law < good)
+        over_step = tf.where(broken, good, eps * law)
+        ceiling = tf.where(broken | (diverged > 0), over_step, eps)
         cap = tf.where(over, tf.minimum(tuning.step_size_max, ceiling), tuning.step_size_max)
-        eps = tf.where(done, tf.minimum(tf.where(over, eps * law, eps * factor), cap), eps)
+        within = done & ~over & (diverged == 0)
+        good = tf.where(within, tf.maximum(good, eps), good)
+        eps = tf.where(done, tf.minimum(tf.where(over, over_step, eps * factor), cap), eps)
         tuning = _replace_if(
             in3,
             tuning,
             avg_error=tf.where(done, tf.zeros([], dtype), total),
             da_step=tf.where(done, tf.zeros([], dtype), count),
             mu=tf.where(done, tf.zeros([], dtype), diverged),
+            log_step_size=good,
             step_size_max=cap,
         )
         return eps, tuning
