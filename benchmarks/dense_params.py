@@ -173,8 +173,9 @@ def main(argv: list[str] | None = None) -> dict:
                     f = r["dense_factor"]
                     corr = f @ f.T
                     off = corr[np.triu_indices_from(corr, 1)]
+                    source = "last window's" if pre == "dense_params" else "fixed block's"
                     print(
-                        f"{'':>9} last window's correlation: max |r| {np.max(np.abs(off)):.2f}",
+                        f"{'':>9} {source} correlation: max |r| {np.max(np.abs(off)):.2f}",
                         flush=True,
                     )
     return rows
