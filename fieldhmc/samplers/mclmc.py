@@ -75,8 +75,9 @@ MCLMC, warm-up split into stages of fractions ``(0.4, 0.3, 0.3)``:
    :math:`L` is the stage's mean step. A window above twice the tolerance takes the
    step to its law value at once and caps it, for the rest of warm-up, at the step
    that window measured, or at the law value if one of its transitions diverged
-   (:math:`|\Delta E| >` ``MAX_ENERGY_ERROR`` or non-finite). If that law value is
-   below the step of an earlier window within the tolerance, the ε⁶ law broke down
+   (:math:`|\Delta E| >` ``MAX_ENERGY_ERROR`` or non-finite). If the window's step is
+   above that of an earlier window within the tolerance and its law value below it,
+   the ε⁶ law broke down
    between the two (a stability cliff), and that earlier, measured step is kept and
    caps the rest of warm-up. The predictor of stages
    1-2 remembers the chains' way in from the start (its memory is most of a short
@@ -884,8 +885,9 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         ``_OVER^(1/6)``. A window above ``_OVER`` times the tolerance sets the step to
         its law value (unclipped) and lowers ``step_size_max`` for the rest of warm-up
         to the window's step, or to the law value if a transition of the window
-        diverged; if that value is below the step of an earlier window within the
-        tolerance (no divergence), the step and the cap are that earlier step. Uses the MAMS-only
+        diverged; if the window's step is above that of an earlier window within the
+        tolerance (no divergence) and its law value below it, the step and the cap
+        are that earlier step. Uses the MAMS-only
         ``avg_error`` (sum), ``da_step`` (count), ``mu`` (1 if the window has diverged
         so far, else 0) and ``log_step_size`` (the largest step measured within the
         tolerance, 0 if none) of the tuning state.
@@ -930,14 +932,16 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         # The largest step a window of this stage measured within _OVER x the tolerance
         # and without a divergence (0: none yet).
         good = tf.where(restart, tf.zeros([], dtype), tuning.log_step_size)
-        # A window over the tolerance whose law value lands below a step a window
-        # measured good: the eps^6 law broke down between the two steps (a stability
-        # cliff: galaxy model at 16³, Var[dE]/d 3e-8 at one step, ~10 with a |dE| > 1000
-        # at 4x it, law value 0.8x the good step). The good step, which was measured,
-        # is kept and caps the rest of warm-up. Not a step between the two: one passed
-        # its window on that model and then read Var[dE]/d 56x the tolerance after
-        # warm-up (a window misses rare large errors).
-        broken = (good > 0) & (eps * law < good)
+        # A window over the tolerance at a larger step than one a window measured good,
+        # whose law value lands below that good step: the eps^6 law broke down between
+        # the two steps (a stability cliff: galaxy model at 16³, Var[dE]/d 3e-8 at one
+        # step, ~10 with a |dE| > 1000 at 4x it, law value 0.8x the good step). The good
+        # step, which was measured, is kept and caps the rest of warm-up. Not a step
+        # between the two: one passed its window on that model and then read Var[dE]/d
+        # 56x the tolerance after warm-up (a window misses rare large errors). Only over
+        # a step increase (eps > good): below the good step an over window means the
+        # good window's estimate was low (8³: windows of 15 transitions).
+        broken = (good > 0) & (eps > good) & (eps * law < good)
         over_step = tf.where(broken, good, eps * law)
         ceiling = tf.where(broken | (diverged > 0), over_step, eps)
         cap = tf.where(over, tf.minimum(tuning.step_size_max, ceiling), tuning.step_size_max)
