@@ -77,10 +77,9 @@ MCLMC, warm-up split into stages of fractions ``(0.4, 0.3, 0.3)``:
    that window measured, or at the law value if one of its transitions diverged
    (:math:`|\Delta E| >` ``MAX_ENERGY_ERROR`` or non-finite). If the window's step is
    above that of an earlier window within the tolerance and its law value below it,
-   the ε⁶ law broke down
-   between the two (a stability cliff), and that earlier, measured step is kept and
-   caps the rest of warm-up. The predictor of stages
-   1-2 remembers the chains' way in from the start (its memory is most of a short
+   the ε⁶ law broke down between the two (a stability cliff), and that earlier,
+   measured step is kept and caps the rest of warm-up. The predictor of stages 1-2
+   remembers the chains' way in from the start (its memory is most of a short
    warm-up), which left its step several times too small on field posteriors and far
    too large on hierarchical ones under the prior metric. The window after a large
    step increase measures a transient above the stationary value (the chains relax to
@@ -887,10 +886,10 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         to the window's step, or to the law value if a transition of the window
         diverged; if the window's step is above that of an earlier window within the
         tolerance (no divergence) and its law value below it, the step and the cap
-        are that earlier step. Uses the MAMS-only
-        ``avg_error`` (sum), ``da_step`` (count), ``mu`` (1 if the window has diverged
-        so far, else 0) and ``log_step_size`` (the largest step measured within the
-        tolerance, 0 if none) of the tuning state.
+        are that earlier step. Uses the MAMS-only ``avg_error`` (sum), ``da_step``
+        (count), ``mu`` (1 if the window has diverged so far, else 0) and
+        ``log_step_size`` (the largest step measured within the tolerance, 0 if none)
+        of the tuning state.
         """
         end2, end3 = self.stage_ends[1], self.stage_ends[2]
         dtype = eps.dtype
