@@ -91,8 +91,8 @@ def run_row(
     grads = int(traces["n_steps"].sum())
     dim = sum(int(np.prod(x.shape[1:])) for x in init)
     energy_error = traces.get("energy_error")
-    eevpd = (
-        float(np.nanvar(energy_error) / dim)
+    eevpd = (  # Var[dE]/d as the tuner and microcanonical.py take it: mean dE^2 / d
+        float(np.nanmean(np.square(energy_error)) / dim)
         if energy_error is not None and np.isfinite(energy_error).any()
         else None
     )

@@ -8,8 +8,9 @@ averages over the chains' way in from the start: it left Var[dE]/d from 0.3x (32
 above it on hierarchical targets under the prior metric. A window above twice the
 tolerance takes the step to its law value and caps it at the window's step, at the law
 value if a transition of the window diverged; at the step of an earlier window within
-the tolerance if the law value is below it (a stability cliff). The end-to-end tests check the tuned
-kernel lands within 2x of the tolerance; they fail on the one-sided tuner it replaced.
+the tolerance if the window's step is above it and its law value below it (a stability
+cliff). The end-to-end tests check the tuned kernel lands within 2x of the tolerance;
+they fail on the one-sided tuner it replaced.
 The variance bias at the re-set step is checked in ``test_posterior.py``.
 """
 
