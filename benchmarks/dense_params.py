@@ -66,7 +66,16 @@ def run_row(
 
     outputs = FieldOutputs(field_fn, power_fn=lambda v: tf.zeros([tf.shape(v)[0], 1], v.dtype))
     scales, factor, _ = workflow._metric(config, model, data)
-    sampler = Sampler(target, settings, model.latent_names, scales, outputs, dense_factor=factor)
+    groups = workflow._metric_groups(config, model, settings)
+    sampler = Sampler(
+        target,
+        settings,
+        model.latent_names,
+        scales,
+        outputs,
+        dense_factor=factor,
+        metric_groups=groups,
+    )
     init = [
         np.asarray(t)
         for t in model.init_latents(

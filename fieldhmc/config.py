@@ -1166,6 +1166,14 @@ class _SamplerCommon(BaseModel):
             "section.",
         )
     )
+    metric_pooling: Literal["shells", "none"] = Field(
+        "shells",
+        description="diagonal / dense_params: shells shrinks each warm-up window's variance "
+        "estimates of the field latent toward the mean of their |k| shell (James-Stein: as "
+        "far as the shell's spread is sampling noise), so one noisy estimate does not "
+        "mis-scale a mode; none: per coordinate, as Stan. Per coordinate on a mesh "
+        "(distribution section).",
+    )
     init: Literal["prior", "zeros", "wiener"] = Field(
         "prior",
         description="Initial state: a prior draw, zeros, or the Wiener-filter mean (gaussian "

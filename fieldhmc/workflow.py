@@ -371,6 +371,14 @@ def _settings(config: cfg.Config, num_results: int | None = None):
     )
 
 
+def _metric_groups(config: cfg.Config, model, settings) -> list | None:
+    """The windowed metric's pooling groups per latent (``sampler.metric_pooling``:
+    :meth:`~fieldhmc.models.FieldModel.metric_groups`), or ``None``."""
+    if settings.adapt_diagonal and config.sampler.metric_pooling == "shells":
+        return model.metric_groups()
+    return None
+
+
 # the metrics that use (posterior) or start from (the windowed ones) the P(k) block
 _BLOCK_METRICS = ("posterior", "diagonal", "dense_params")
 
@@ -667,7 +675,13 @@ def build(
 
     scales, factor, block = _metric(config, model, data)
     sampler = Sampler(
-        target_fn, settings, model.latent_names, scales, field_outputs, dense_factor=factor
+        target_fn,
+        settings,
+        model.latent_names,
+        scales,
+        field_outputs,
+        dense_factor=factor,
+        metric_groups=_metric_groups(config, model, settings),
     )
     # the posterior metric depends on the data (not only through the conditional block:
     # its field part too, for a non-conditional parametrisation); a windowed metric's

@@ -919,3 +919,26 @@ def test_config_error_is_value_error() -> None:
     error = ConfigError("sampler.num_chains", "must be >= 1\n(got 0)")
     assert isinstance(error, ValueError)
     assert str(error) == "config error: sampler.num_chains: must be >= 1 (got 0)"
+
+
+def test_metric_pooling_option() -> None:
+    """sampler.metric_pooling: shells by default, none on request, anything else refused
+    naming the key; the workflow passes the model's groups only to a windowed metric."""
+    from fieldhmc import workflow
+    from fieldhmc.samplers import SamplerSettings
+
+    assert config_from_dict({}, ".").sampler.metric_pooling == "shells"
+    none = config_from_dict({"sampler": {"metric_pooling": "none"}}, ".")
+    assert none.sampler.metric_pooling == "none"
+    with pytest.raises(ConfigError, match="sampler.metric_pooling"):
+        config_from_dict({"sampler": {"metric_pooling": "modes"}}, ".")
+
+    class Model:
+        def metric_groups(self):
+            return ["groups"]
+
+    shells = config_from_dict({}, ".")
+    windowed, fixed = SamplerSettings(adapt_diagonal=True), SamplerSettings()
+    assert workflow._metric_groups(shells, Model(), windowed) == ["groups"]
+    assert workflow._metric_groups(shells, Model(), fixed) is None
+    assert workflow._metric_groups(none, Model(), windowed) is None

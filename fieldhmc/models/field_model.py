@@ -936,6 +936,17 @@ class FieldModel(abc.ABC):
         return out
 
     # --- preconditioning ---------------------------------------------------------------
+    def metric_groups(self) -> list[np.ndarray | None]:
+        """Per latent (``latent_names``' order), the groups a windowed diagonal metric may
+        pool (:mod:`fieldhmc.samplers.metric_pooling`): for ``"field"`` an int32
+        ``grid_shape`` label per real coordinate, one per distinct :math:`|k|` of its mode
+        (the mean mode's coordinate alone); ``None`` for the scalar parameters."""
+        kmag = self.grid.kmag().reshape(-1)[self._mode_of_real]
+        kf = float(self.grid.fundamental.min())
+        _, labels = np.unique(np.round(kmag / kf, 6), return_inverse=True)
+        field = labels.astype(np.int32).reshape(self.grid.grid_shape)
+        return [field if name == "field" else None for name in self.latent_names]
+
     def prior_precision_diag(self) -> np.ndarray:
         """Prior precision of each ``"field"`` coordinate at the fiducial hyperparameters.
 

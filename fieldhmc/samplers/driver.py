@@ -54,7 +54,7 @@ from tensorflow.compiler.tf2xla.python import xla
 
 from fieldhmc.ops import rfft3d
 from fieldhmc.ops.gradient_registry import releases_custom_gradients
-from fieldhmc.samplers import dense_metric, kinds
+from fieldhmc.samplers import dense_metric, kinds, metric_pooling
 from fieldhmc.samplers.checkpoint import load_checkpoint, save_checkpoint
 from fieldhmc.samplers.kernels import (
     expand_results,
@@ -558,6 +558,10 @@ class Sampler:
         parts in order (:mod:`~fieldhmc.samplers.dense_metric`): a fixed dense block, or
         the start of ``adapt_dense_params``' first window (default: the identity). One
         device only.
+    metric_groups : sequence of (array or None), optional
+        Per part, a group label for each coordinate of one chain's part (``None``: not
+        pooled): ``adapt_diagonal``'s window variances are shrunk toward their group's
+        mean (:mod:`~fieldhmc.samplers.metric_pooling`).
     runner : ChunkRunner, optional
         What runs the chunks and holds the carried state: :class:`XlaChunkRunner` (the
         default, this class's XLA-compiled pieces) or a runner for state on a DTensor
@@ -575,8 +579,15 @@ class Sampler:
         runner: ChunkRunner | None = None,
         *,
         dense_factor: np.ndarray | None = None,
+        metric_groups: Sequence[np.ndarray | None] | None = None,
     ):
         self.target_log_prob_fn = target_log_prob_fn
+        if metric_groups is not None:
+            if len(metric_groups) != len(part_names):
+                raise ValueError(
+                    f"metric_groups has {len(metric_groups)} entries for {len(part_names)} parts"
+                )
+        self.metric_groups = metric_groups
         self.settings = settings
         self.part_names = tuple(part_names)
         self.initial_scales = [np.asarray(s) for s in scales]
@@ -1116,7 +1127,7 @@ class Sampler:
         """End of a slow window: new scales from the windowed variance, restart step size
         (a runner with its own results restarts them: ``runner.restart_adaptation``)."""
         x, lw = self._carry.numpy("x"), self._carry.numpy("lw")
-        new_scales = windowed_scales(x, lw)
+        new_scales = windowed_scales(x, lw, self.metric_groups)
         restart = getattr(self.runner, "restart_adaptation", None)
         if restart is not None:
             restart(rs, new_scales)
@@ -1320,13 +1331,22 @@ class Sampler:
         }
 
 
-def windowed_scales(x: Sequence[np.ndarray], lw: Sequence[np.ndarray]) -> list[np.ndarray]:
+def windowed_scales(
+    x: Sequence[np.ndarray],
+    lw: Sequence[np.ndarray],
+    groups: Sequence[np.ndarray | None] | None = None,
+) -> list[np.ndarray]:
     """A slow window's metric scales per part: the square root of the windowed variance
-    ``lw`` (count, then mean and M2 per part of ``x``), regularised toward 1e-3 as Stan's."""
+    ``lw`` (count, then mean and M2 per part of ``x``), regularised toward 1e-3 as Stan's.
+    A part with ``groups`` (a label per coordinate of one chain's part) has its variances
+    shrunk toward their group's mean first (:func:`~fieldhmc.samplers.metric_pooling.
+    shrink_to_groups`)."""
     count = float(lw[0])
     new_scales = []
     for i, p in enumerate(x):
         var = np.asarray(lw[2 + 2 * i]) / max(count - 1.0, 1.0)
+        if groups is not None and groups[i] is not None:
+            var = metric_pooling.shrink_to_groups(var, count, groups[i])
         var = (count / (count + 5.0)) * var + 1e-3 * (5.0 / (count + 5.0))
         new_scales.append(np.sqrt(var).astype(p.dtype))
     return new_scales
