@@ -582,11 +582,10 @@ class Sampler:
         metric_groups: Sequence[np.ndarray | None] | None = None,
     ):
         self.target_log_prob_fn = target_log_prob_fn
-        if metric_groups is not None:
-            if len(metric_groups) != len(part_names):
-                raise ValueError(
-                    f"metric_groups has {len(metric_groups)} entries for {len(part_names)} parts"
-                )
+        if metric_groups is not None and len(metric_groups) != len(part_names):
+            raise ValueError(
+                f"metric_groups has {len(metric_groups)} entries for {len(part_names)} parts"
+            )
         self.metric_groups = metric_groups
         self.settings = settings
         self.part_names = tuple(part_names)
