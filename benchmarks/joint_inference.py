@@ -10,8 +10,9 @@ post-warm-up gradient evaluations (all chains), the minimum bulk ESS over the sa
 hyperparameters and over the **field** -- every real coordinate of the orthonormal
 Fourier modes of :math:`\\delta` (not of the latent, whose meaning differs between
 parametrisations; the fixed mean mode excluded) -- and gradients per min-ESS. With
-``--fixed`` each kernel also runs the same model with the hyperparameters fixed at their
-fiducial values (``--fixed-parametrisation``, default non-centred), the baseline
+``--fixed`` each kernel also runs the same model on the same data with the hyperparameters
+fixed at the values that drew the data (``--fixed-parametrisation``, default
+non-centred), the baseline
 of the issue-26 targets: the best kernel <= 60 gradients per min-ESS, each kernel <= 3x
 its fixed-hyperparameter figure (<= 5x with the 20% slab mask).
 
@@ -23,6 +24,7 @@ posterior with a mask; a check that the unadjusted mclmc holds its bias toleranc
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -42,18 +44,51 @@ from fieldhmc.samplers import stateless_seed  # noqa: E402
 KINDS = ("fieldnuts", "mams", "hmc", "chees", "mclmc")
 
 
+def simulated_truth(path: str, grid: int, overrides: list[str]) -> tuple[np.ndarray, dict]:
+    """``(data, truth)`` of a config on a ``grid``³ box, simulated with its data seed:
+    the data and the physical values of the sampled P(k) hyperparameters that drew them
+    (drawn from their priors, so not the config's fiducial ``power`` values)."""
+    config = cfg.load_config(path, [f"grid.shape=[{grid},{grid},{grid}]", *overrides])
+    model = workflow.build_model(config)
+    draw = model.sample(seed=stateless_seed(config.data.seed))
+    latents = {n: np.asarray(draw[n]) for n in model.hyper_names}
+    truth = {n: float(v) for n, v in model.physical_parameters(latents).items()}
+    return np.asarray(draw["data"]), truth
+
+
+def fixed_overrides(truth: dict) -> list[str]:
+    """Config overrides fixing the P(k) hyperparameters at ``truth`` (the values that drew
+    the data): the fixed-hyperparameter rows sample the same data's field posterior at
+    the true P(k), the baseline of the issue-26 ratios."""
+    out = []
+    for name, value in truth.items():
+        out.append(f"model.hyperparameters.{name}.sample=false")
+        if name == "log_amplitude":
+            out.append(f"model.power.amplitude={math.exp(value)!r}")
+        elif name == "index":
+            out.append(f"model.power.index={value!r}")
+        else:
+            raise ValueError(f"no fixed value for the sampled parameter {name}")
+    return out
+
+
 def config_problem(
-    path: str, grid: int, chains: int, overrides: list[str], dense_hyper: bool = True
+    path: str,
+    grid: int,
+    chains: int,
+    overrides: list[str],
+    dense_hyper: bool = True,
+    data: np.ndarray | None = None,
 ):
     """``(problem, model)`` of a config on a ``grid``³ box; ``field_fn`` stores the real
     coordinates of the orthonormal modes of delta (model-independent). ``dense_hyper``:
     the posterior metric's dense block for the sampled P(k) parameters (their Laplace fit
     at the data's posterior mode, as the CLI runs it); otherwise its marginal widths
-    alone."""
+    alone. ``data``: default, simulated with the config's data seed."""
     config = cfg.load_config(path, [f"grid.shape=[{grid},{grid},{grid}]", *overrides])
     model = workflow.build_model(config)
-    # simulated with the config's data seed: the same data for every parametrisation
-    data = np.asarray(model.sample(seed=stateless_seed(config.data.seed))["data"])
+    if data is None:
+        data = np.asarray(model.sample(seed=stateless_seed(config.data.seed))["data"])
     dtype = np.dtype(config.precision)
     init = [
         np.asarray(v, dtype) for v in model.init_latents("prior", chains, seed=stateless_seed(1))
@@ -134,24 +169,25 @@ def main(argv: list[str] | None = None) -> dict:
         f"TF {tf.__version__}. Gradients: all chains, after warm-up. min ESS over the "
         "sampled hyperparameters (θ) and every coordinate of delta's orthonormal modes (δ)."
     )
+    # every row on the same data: the config's draw with the hyperparameters sampled
+    data, truth = simulated_truth(args.config, args.grid, [])
+    print("data drawn at " + ", ".join(f"{n} = {v:.4f}" for n, v in truth.items()), flush=True)
     print_header()
     rows: dict = {}
     ref_vars: dict = {}
     cases = [] if args.no_sampled else [(p, "sample") for p in args.parametrisations]
     if args.fixed:  # the baseline: non-centred, the same metric (the conditional latent
-        # with theta fixed is a translate of the posterior-whitened non-centred one)
+        # with theta fixed is a translate of the posterior-whitened non-centred one), the
+        # hyperparameters fixed at the values that drew the data
         cases.append((args.fixed_parametrisation, "fixed"))
     for par, hyper in cases:
         overrides = [f"model.parametrisation={par}"]
         if args.preconditioner:
             overrides.append(f"sampler.preconditioner={args.preconditioner}")
         if hyper == "fixed":
-            overrides += [
-                "model.hyperparameters.log_amplitude.sample=false",
-                "model.hyperparameters.index.sample=false",
-            ]
+            overrides += fixed_overrides(truth)
         problem, model = config_problem(
-            args.config, args.grid, args.chains, overrides, not args.diagonal_hyper
+            args.config, args.grid, args.chains, overrides, not args.diagonal_hyper, data
         )
         for kind in args.kinds:
             for r in run_kind(problem, kind, args):  # one per seed, one compile

@@ -33,3 +33,33 @@ def test_rows_cover_theta_and_the_field(monkeypatch):
     rows = bench.main([*argv, "--kinds", "hmc", "--no-sampled", "--fixed"])
     assert list(rows) == [("noncentred", "fixed", "hmc", 0)]
     assert np.isnan(rows[("noncentred", "fixed", "hmc", 0)]["hyper_min_ess"])
+
+
+def test_fixed_rows_fix_the_hyperparameters_that_drew_the_data(monkeypatch):
+    """The fixed-hyperparameter baseline is the same data's field posterior at the P(k)
+    that drew it, not at the config's fiducial P(k) (a prior draw away from it)."""
+    from fieldhmc import config as cfg
+    from fieldhmc import workflow
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    spec = importlib.util.spec_from_file_location("joint_inference", BENCH / "joint_inference.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    path = str(ROOT / "configs" / "hierarchical_64.yaml")
+    data, truth = bench.simulated_truth(path, 8, [])
+    assert set(truth) == {"log_amplitude", "index"}
+    fiducial = cfg.load_config(path, ["grid.shape=[8,8,8]"]).model.power
+    assert abs(truth["log_amplitude"] - np.log(fiducial.amplitude)) > 0.1  # a prior draw
+    config = cfg.load_config(path, ["grid.shape=[8,8,8]", *bench.fixed_overrides(truth)])
+    model = workflow.build_model(config)
+    assert model.hyper_names == ()
+    grid = model.grid
+    k = grid.kmag()
+    power = np.zeros_like(k)
+    pos = k > 0
+    kp = config.model.power.k_pivot
+    power[pos] = np.exp(truth["log_amplitude"]) * (k[pos] / kp) ** truth["index"]
+    expected = power * grid.num_cells / grid.volume
+    np.testing.assert_allclose(model.signal_variance_np(), expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="no fixed value"):
+        bench.fixed_overrides({"Omega_m": 0.3})
