@@ -137,6 +137,13 @@ def main(argv: list[str] | None = None) -> dict:
         "the thinned chain's ESS, a lower bound of the whole chain's up to noise",
     )
     parser.add_argument("--set", nargs="*", default=[], dest="overrides")
+    parser.add_argument(
+        "--fixed-at-truth",
+        action="store_true",
+        help="fix the sampled P(k) hyperparameters at the values that drew the data, on the "
+        "data of the model that samples them (the issue-26 baseline; without it a row with "
+        "--set ...sample=false simulates its own data at the fiducial P(k))",
+    )
     args = parser.parse_args(argv)
     overrides = list(args.overrides)
     if args.grid:
@@ -146,11 +153,20 @@ def main(argv: list[str] | None = None) -> dict:
     if args.results is not None:
         overrides.append(f"sampler.num_results={args.results}")
     rows: dict = {}
+    data = None
+    if args.fixed_at_truth:
+        from joint_inference import fixed_overrides, simulated_truth
+
+        config = cfg.load_config(args.config, overrides)
+        data, truth = simulated_truth(args.config, config.grid.shape[0], overrides)
+        overrides += fixed_overrides(truth)
+        print("P(k) fixed at " + ", ".join(f"{n} = {v:.4f}" for n, v in truth.items()))
     for kind in args.kinds:
         kind_overrides = [*overrides, f"sampler.kind={kind}"]
         config = cfg.load_config(args.config, kind_overrides)
         model = workflow.build_model(config)
-        data = np.asarray(model.sample(seed=stateless_seed(config.data.seed))["data"])
+        if data is None:
+            data = np.asarray(model.sample(seed=stateless_seed(config.data.seed))["data"])
         if not rows:
             s = config.sampler
             print(

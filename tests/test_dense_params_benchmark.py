@@ -43,3 +43,16 @@ def test_rows_cover_the_parameters_and_the_field():
     factor = rows[("fieldnuts", 0, "dense_params")]["dense_factor"]
     assert factor.shape == (2, 2) and np.allclose(np.triu(factor, 1), 0)
     assert not np.allclose(factor, start)
+
+
+@pytest.mark.slow
+def test_fixed_at_truth_rows_sample_the_field_alone(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH.parent))  # it imports joint_inference.py
+    spec = importlib.util.spec_from_file_location("dense_params", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    argv = ["--config", str(ROOT / "configs" / "hierarchical_masked_64.yaml"), "--grid", "8"]
+    argv += ["--burnin", "30", "--results", "20", "--preconditioners", "posterior"]
+    rows = bench.main([*argv, "--fixed-at-truth"])
+    (r,) = rows.values()
+    assert r["param_ess"] == {} and r["min_ess"] == r["field_min_ess"] > 0
