@@ -53,6 +53,7 @@ def test_fixed_at_truth_rows_sample_the_field_alone(monkeypatch):
     spec.loader.exec_module(bench)
     argv = ["--config", str(ROOT / "configs" / "hierarchical_masked_64.yaml"), "--grid", "8"]
     argv += ["--burnin", "30", "--results", "20", "--preconditioners", "posterior"]
+    argv += ["--set", "sampler.max_tree_depth=4"]  # a fieldnuts key: the config runs mams
     rows = bench.main([*argv, "--fixed-at-truth"])
     (r,) = rows.values()
     assert r["param_ess"] == {} and r["min_ess"] == r["field_min_ess"] > 0
