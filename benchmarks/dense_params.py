@@ -159,8 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
 
         # the sampler section is validated against a kind: the first row's
         with_kind = [*overrides, f"sampler.kind={args.kinds[0]}"]
-        config = cfg.load_config(args.config, with_kind)
-        data, truth = simulated_truth(args.config, config.grid.shape[0], with_kind)
+        data, truth = simulated_truth(args.config, with_kind)
         overrides += fixed_overrides(truth)
         print("P(k) fixed at " + ", ".join(f"{n} = {v:.4f}" for n, v in truth.items()))
     for kind in args.kinds:

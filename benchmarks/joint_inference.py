@@ -44,11 +44,11 @@ from fieldhmc.samplers import stateless_seed  # noqa: E402
 KINDS = ("fieldnuts", "mams", "hmc", "chees", "mclmc")
 
 
-def simulated_truth(path: str, grid: int, overrides: list[str]) -> tuple[np.ndarray, dict]:
-    """``(data, truth)`` of a config on a ``grid``³ box, simulated with its data seed:
+def simulated_truth(path: str, overrides: list[str]) -> tuple[np.ndarray, dict]:
+    """``(data, truth)`` of a config (with ``overrides``), simulated with its data seed:
     the data and the physical values of the sampled P(k) hyperparameters that drew them
     (drawn from their priors, so not the config's fiducial ``power`` values)."""
-    config = cfg.load_config(path, [f"grid.shape=[{grid},{grid},{grid}]", *overrides])
+    config = cfg.load_config(path, overrides)
     model = workflow.build_model(config)
     draw = model.sample(seed=stateless_seed(config.data.seed))
     latents = {n: np.asarray(draw[n]) for n in model.hyper_names}
@@ -77,18 +77,16 @@ def config_problem(
     grid: int,
     chains: int,
     overrides: list[str],
+    data: np.ndarray,
     dense_hyper: bool = True,
-    data: np.ndarray | None = None,
 ):
-    """``(problem, model)`` of a config on a ``grid``³ box; ``field_fn`` stores the real
-    coordinates of the orthonormal modes of delta (model-independent). ``dense_hyper``:
-    the posterior metric's dense block for the sampled P(k) parameters (their Laplace fit
-    at the data's posterior mode, as the CLI runs it); otherwise its marginal widths
-    alone. ``data``: default, simulated with the config's data seed."""
+    """``(problem, model)`` of a config on a ``grid``³ box and ``data``; ``field_fn``
+    stores the real coordinates of the orthonormal modes of delta (model-independent).
+    ``dense_hyper``: the posterior metric's dense block for the sampled P(k) parameters
+    (their Laplace fit at the data's posterior mode, as the CLI runs it); otherwise its
+    marginal widths alone."""
     config = cfg.load_config(path, [f"grid.shape=[{grid},{grid},{grid}]", *overrides])
     model = workflow.build_model(config)
-    if data is None:
-        data = np.asarray(model.sample(seed=stateless_seed(config.data.seed))["data"])
     dtype = np.dtype(config.precision)
     init = [
         np.asarray(v, dtype) for v in model.init_latents("prior", chains, seed=stateless_seed(1))
@@ -170,7 +168,8 @@ def main(argv: list[str] | None = None) -> dict:
         "sampled hyperparameters (θ) and every coordinate of delta's orthonormal modes (δ)."
     )
     # every row on the same data: the config's draw with the hyperparameters sampled
-    data, truth = simulated_truth(args.config, args.grid, [])
+    box = f"grid.shape=[{args.grid},{args.grid},{args.grid}]"
+    data, truth = simulated_truth(args.config, [box])
     print("data drawn at " + ", ".join(f"{n} = {v:.4f}" for n, v in truth.items()), flush=True)
     print_header()
     rows: dict = {}
@@ -187,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
         if hyper == "fixed":
             overrides += fixed_overrides(truth)
         problem, model = config_problem(
-            args.config, args.grid, args.chains, overrides, not args.diagonal_hyper, data
+            args.config, args.grid, args.chains, overrides, data, not args.diagonal_hyper
         )
         for kind in args.kinds:
             for r in run_kind(problem, kind, args):  # one per seed, one compile

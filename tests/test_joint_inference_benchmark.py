@@ -46,7 +46,7 @@ def test_fixed_rows_fix_the_hyperparameters_that_drew_the_data(monkeypatch):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     path = str(ROOT / "configs" / "hierarchical_64.yaml")
-    data, truth = bench.simulated_truth(path, 8, [])
+    data, truth = bench.simulated_truth(path, ["grid.shape=[8,8,8]"])
     assert set(truth) == {"log_amplitude", "index"}
     fiducial = cfg.load_config(path, ["grid.shape=[8,8,8]"]).model.power
     assert abs(truth["log_amplitude"] - np.log(fiducial.amplitude)) > 0.1  # a prior draw
