@@ -92,18 +92,31 @@ MCLMC, warm-up split into stages of fractions ``(0.4, 0.3, 0.3)``:
 
 MAMS, stages ``(0.3, 0.2, 0.2, 0.3)``: (1) dual averaging of the step size to
 ``target_accept_prob`` (0.9 by default [5]; Nesterov's scheme as in Stan and
-BlackJAX) with :math:`L/\epsilon` fixed; (2) step size frozen at its averaged
+BlackJAX) with :math:`L` at its initial value, at most ``_STAGE1_STEPS`` (100) integration
+steps per transition; (2) step size frozen at its averaged
 value, step-size-weighted moments of :math:`x`, then
 :math:`L \leftarrow L \cdot \min(2, 1.3 \sqrt{\sum_i \mathrm{Var}[x_i]} / L)`, the step
-kept (capped at :math:`L/1.1`); (3)
+kept (capped at :math:`L/1.1`); under the convergence stop (below) the moments restart
+wherever the chains are found still drifting, and from stationary chains
+:math:`L \leftarrow 1.3 \sqrt{\sum_i \mathrm{Var}[x_i]}` without the cap; (3)
 :math:`L \leftarrow \mathrm{clip}(0.5\, L\, \tau_\mathrm{max},\ L,\ 2 L)` from the
 largest integrated autocorrelation time (in transitions) among the recorded
 coordinates of the stage's draws (BlackJAX's ``max="max"``: its minimum ESS); (4) dual
 averaging again with :math:`L` fixed; the final step size is its average.
 
-Two departures from BlackJAX's ``adjusted_mclmc_find_L_and_step_size`` (which has
-the same four stages when ``frac_tune3 > 0``), both found on the whitened field
+Three departures from BlackJAX's ``adjusted_mclmc_find_L_and_step_size`` (which has
+the same four stages when ``frac_tune3 > 0``), all found on the whitened field
 posteriors (``tests/samplers/test_mams_tuning.py``):
+
+* BlackJAX's stage 1 keeps the number of integration steps :math:`L/\epsilon` fixed
+  (10 at the defaults), so :math:`L` follows the step. From a start far out in some
+  directions (a non-centred prior draw where the data narrow the posterior 16-fold) the
+  step is ~30x below the stationary one until the chains arrive, a transition moves
+  them by a tenth of its usual length, and at 64³ they were still climbing after the
+  200 transitions of stages 1-2 (the moment stage then measured the climb, and the final
+  :math:`L/\epsilon` was 2). Holding :math:`L` costs the same gradients per distance
+  travelled and arrives in ~30 transitions; from a start in the typical set it needs
+  fewer integration steps than 10.
 
 * BlackJAX scales :math:`\epsilon` with :math:`L` at the end of stage 2 and re-runs
   dual averaging before stage 3; without that re-run stage 3 ran at
@@ -130,8 +143,18 @@ MAMS' convergence stop (``warmup_stop="converged"``; ``"fixed"``, the kernel's d
 runs the stages above): the stages keep their order and their fixed-count lengths become
 maxima, so warm-up never exceeds ``num_adaptation_steps``; each ends early once the
 estimate it hands on has converged, checked every ``_CHECK_WINDOW`` (10) transitions of
-the stage:
+the stage, and only once the chains are stationary:
 
+* stationarity (stages 1, 2 and 4): the chains' mean change of log density over the
+  window is at most ``_DRIFT`` (2) times its pooled standard deviation within the window
+  (:meth:`MetropolisAdjustedMicrocanonical._stationarity`; changes, so the driver's
+  re-centring of log densities between chunks does not enter). Chains climbing in from a
+  start far out in some directions (a non-centred prior draw where the data narrow the
+  posterior 16-fold) take a step ~30x below the stationary one, at which the step and
+  the variance checks pass as well as at stationarity; without the gate both stages
+  ended within 60 transitions of the start on the hierarchical model at 64³ with A and
+  n fixed, the 2x cap tied L to the climbing step, and the final step stage left
+  L/ε = 1.3 (``benchmarks/README.md``). In stage 2 a failed check restarts the moments;
 * stages 1 and 4: the mean of the dual-averaging iterates' log step over a window is
   within ``_STEP_CHANGE`` (0.1) of the previous window's (the first window is compared
   with the stage's starting step), and the window's acceptance, pooled over chains, is
@@ -241,6 +264,8 @@ _ACCEPT_ERROR = 0.05  # stages 1 and 4: |window acceptance - target|
 _PASSES_STEP = 1  # stages 1 and 4: checks to pass (each compares two windows)
 _VARIANCE_ERROR = 0.05  # stage 2: relative Monte Carlo error of sum_i Var[x_i]
 _PASSES = 2  # stage 2: consecutive checks to pass
+_STAGE1_STEPS = 100.0  # MAMS stage 1: L = min(initial L, this x step)
+_DRIFT = 2.0  # stages 1, 2, 4: |window drift of mean lp| <= this x lp's sd within the window
 
 
 class MicrocanonicalTuning(NamedTuple):
@@ -262,8 +287,10 @@ class MicrocanonicalTuning(NamedTuple):
     done, the first post-warm-up step), ``passes`` (int32, consecutive convergence
     checks passed), ``reference`` (stages 1 and 4: the last window's mean log step),
     ``window_sum`` and ``accept_sum`` (the current window's sums of log steps and
-    acceptances). They default to None for the mesh path, which builds the nine scalars
-    above itself and runs the fixed schedule.
+    acceptances), ``lp_drift``, ``lp_sum``, ``lp_sq`` (float64 ``[chains]``: each
+    chain's change of log density since the window began, and the window's sums of it
+    and of its square: the stationarity check). They default to None for the mesh path,
+    which builds the nine scalars above itself and runs the fixed schedule.
     """
 
     time: tf.Tensor
@@ -284,6 +311,9 @@ class MicrocanonicalTuning(NamedTuple):
     reference: tf.Tensor | None = None
     window_sum: tf.Tensor | None = None
     accept_sum: tf.Tensor | None = None
+    lp_drift: tf.Tensor | None = None
+    lp_sum: tf.Tensor | None = None
+    lp_sq: tf.Tensor | None = None
 
 
 class MicrocanonicalResults(NamedTuple):
@@ -602,7 +632,7 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         lp, g = tfp.math.value_and_gradient(lambda *p: self.target_log_prob_fn(*p), x)
         return lp, list(g)
 
-    def _maybe_tune(self, r, x, statistic, finite, dim):
+    def _maybe_tune(self, r, x, statistic, finite, dim, lp_change=None):
         """:meth:`_tune` (its only caller) on warm-up transitions; after warm-up the step,
         L and the tuner's state stay as tuned and no tuner code runs. The conditional is
         a ``tf.while_loop`` of zero or one trips, not a ``tf.cond``: an XLA conditional
@@ -616,10 +646,11 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         if self.stops_on_convergence:  # done before the count: held from then on
             warm = warm & (r.tuning.stage < len(self._stages))
         trips = tf.cast(warm, tf.int32)
+        extra = () if lp_change is None else (lp_change,)
 
         def tune(j, eps, big_l, tuning):
             now = r._replace(step_size=eps, trajectory_length=big_l, tuning=tuning)
-            return (j + 1, *self._tune(now, x, statistic, finite, dim))
+            return (j + 1, *self._tune(now, x, statistic, finite, dim, *extra))
 
         _, eps, big_l, tuning = tf.while_loop(
             lambda j, *_: j < trips,
@@ -659,6 +690,9 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
             reference=tf.math.log(eps),
             window_sum=zero,
             accept_sum=zero,
+            lp_drift=tf.zeros([chains], tf.float64),
+            lp_sum=tf.zeros([chains], tf.float64),
+            lp_sq=tf.zeros([chains], tf.float64),
         )
         return MicrocanonicalResults(
             target_log_prob=lp,
@@ -1026,7 +1060,11 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         u = _select(accepted, u, u0)
         lp = tf.where(accepted, lp, r.target_log_prob)
         accept_prob = tf.exp(tf.minimum(log_accept, 0.0))
-        eps_new, l_new, tuning = self._maybe_tune(r, x, accept_prob, finite, dim)
+        # the change of each chain's log density: the tuner's stationarity check (the
+        # driver re-centres the carried log densities between chunks; a change is free
+        # of that shift)
+        lp_change = lp - r.target_log_prob
+        eps_new, l_new, tuning = self._maybe_tune(r, x, accept_prob, finite, dim, lp_change)
         results = MicrocanonicalResults(
             target_log_prob=lp,
             grads_target_log_prob=g,
@@ -1045,7 +1083,7 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         )
         return tf.nest.pack_sequence_as(current_state, x), results
 
-    def _tune(self, r, x, accept_prob, finite, dim):
+    def _tune(self, r, x, accept_prob, finite, dim, lp_change=None):
         t = r.step
         eps, big_l, tuning = r.step_size, r.trajectory_length, r.tuning
         dtype = eps.dtype
@@ -1055,6 +1093,14 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
             stage, since = tuning.stage, t - tuning.stage_start
             in1, in2, in3, in4 = (stage == k for k in range(4))
             checked = (since + 1) % _CHECK_WINDOW == 0
+            # the stationarity check: on every check, and where stage 2 reaches its count
+            end_of_2 = in2 & (since == end2 - end1 - 1)
+            stationary, lp_window = self._stationarity(
+                tuning,
+                lp_change,
+                checked | end_of_2,
+                tf.cast(since % _CHECK_WINDOW + 1, tf.float64),
+            )
         target = _as_dtype(self._parameters["target_accept_prob"], dtype)
         # Dual averaging (Hoffman & Gelman 2014; BlackJAX t0=10, gamma=0.05, kappa=0.75).
         da_t = tuning.da_step
@@ -1078,8 +1124,13 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
             avg_error=avg_error,
         )
         eps_new = tf.where(adapting, tf.exp(log_eps), eps)
-        # Stage 1: L follows the step size (fixed number of integration steps).
-        l_new = tf.where(in1 if converging else t < end1, big_l * eps_new / eps, big_l)
+        # Stage 1: L at its initial value, at most _STAGE1_STEPS integration steps.
+        length0 = _as_dtype(self._parameters["trajectory_length"], dtype)
+
+        def stage1_length(step):
+            return tf.minimum(length0, _STAGE1_STEPS * step)
+
+        l_new = tf.where(in1 if converging else t < end1, stage1_length(eps_new), big_l)
         # End of stages 1 and 4: the averaged step size.
         final = tf.exp(tuning.log_step_size_avg)
         if converging:
@@ -1091,8 +1142,10 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
             accept_sum = tf.where(adapting, tuning.accept_sum + acc, tuning.accept_sum)
             check_da = adapting & checked
             window_mean = window_sum / _CHECK_WINDOW
-            steady = (tf.abs(window_mean - tuning.reference) < _STEP_CHANGE) & (
-                tf.abs(accept_sum / _CHECK_WINDOW - target) < _ACCEPT_ERROR
+            steady = (
+                (tf.abs(window_mean - tuning.reference) < _STEP_CHANGE)
+                & (tf.abs(accept_sum / _CHECK_WINDOW - target) < _ACCEPT_ERROR)
+                & stationary
             )
             passes = tf.where(check_da, tf.where(steady, tuning.passes + 1, 0), tuning.passes)
             reference = tf.where(check_da, window_mean, tuning.reference)
@@ -1104,11 +1157,14 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         else:
             last1, last4 = t == end1 - 1, t == end4 - 1
         eps_new = tf.where(last1 | last4, final, eps_new)
-        l_new = tf.where(last1, l_new * final / tf.exp(log_eps), l_new)
+        l_new = tf.where(last1, stage1_length(final), l_new)
         # Stage 2: moments -> L.
         if not converging:
             in2 = (t >= end1) & (t < end2)
         w = tf.where(in2 & tf.reduce_all(finite), eps, tf.zeros([], dtype))
+        if converging:  # the moments restart where the chains were found still drifting
+            keep = tf.where(in2 & checked & ~stationary, tf.zeros([], dtype), tf.ones([], dtype))
+            tuning = tuning._replace(weight=tuning.weight * keep, m2=[m * keep for m in tuning.m2])
         tuning = self._field_ops.moments(tuning, x, w)
         at2 = tf.zeros([], tf.bool)
         if end2 - end1 > 1:
@@ -1124,11 +1180,15 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
                 )
                 passes = tf.where(
                     in2 & checked,
-                    tf.where(error < _VARIANCE_ERROR, passes + 1, 0),
+                    tf.where((error < _VARIANCE_ERROR) & stationary, passes + 1, 0),
                     passes,
                 )
                 at2 = in2 & ((since == end2 - end1 - 1) | (passes >= _PASSES))
-                change = tf.clip_by_value(1.3 * tf.sqrt(total) / l_new, 0.0, 2.0)
+                # From stationary chains the moments are L's estimate; otherwise
+                # BlackJAX's cap (at most 2x the stage-1 L, which follows a step tuned
+                # while the chains drifted).
+                change = 1.3 * tf.sqrt(total) / l_new
+                change = tf.where(stationary, change, tf.clip_by_value(change, 0.0, 2.0))
             else:
                 at2 = t == end2 - 1
                 # a field-sized reduction: only on the transition that uses it
@@ -1187,8 +1247,38 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
                 reference=tf.where(ended, tf.math.log(eps_new), reference),
                 window_sum=tf.where(ended, tf.zeros_like(window_sum), window_sum),
                 accept_sum=tf.where(ended, tf.zeros_like(accept_sum), accept_sum),
+                **{
+                    name: tf.where(ended, tf.zeros_like(v), v)
+                    for name, v in zip(("lp_drift", "lp_sum", "lp_sq"), lp_window, strict=True)
+                },
             )
         return eps_new, l_new, tuning
+
+    @staticmethod
+    def _stationarity(tuning, lp_change, checked, n):
+        r"""``(stationary, (lp_drift, lp_sum, lp_sq))``: whether the chains' log density
+        has stopped drifting, decided on a check (False between checks) over the window's
+        ``n`` transitions, and the window's accumulators after this transition (zeroed on
+        a check, which ends the window).
+
+        Each chain's change of log density since the window began, :math:`y_t`, is free
+        of the driver's re-centring of log densities between chunks. Stationary when the
+        chains' mean drift over the window, :math:`|\bar y_n|`, is at most ``_DRIFT`` (2)
+        times the pooled standard deviation of :math:`y_t` within the window. A chain
+        still travelling in from its start climbs steadily (a ramp's drift is
+        :math:`\sqrt{12}` of its spread); at stationarity the mean drift of 4 chains is
+        a fraction of the spread whether or not the log density mixes fast."""
+        y = tuning.lp_drift + tf.cast(lp_change, tf.float64)
+        y_sum = tuning.lp_sum + y
+        y_sq = tuning.lp_sq + tf.square(y)
+        spread = tf.reduce_mean(tf.maximum(y_sq / n - tf.square(y_sum / n), 0.0))
+        stationary = (
+            checked
+            & (tf.abs(tf.reduce_mean(y)) <= _DRIFT * tf.sqrt(spread))
+            & tf.reduce_all(tf.math.is_finite(y))
+        )
+        window = tuple(tf.where(checked, tf.zeros_like(v), v) for v in (y, y_sum, y_sq))
+        return stationary, window
 
     @staticmethod
     def _variance_and_error(tuning):
