@@ -92,8 +92,7 @@ MCLMC, warm-up split into stages of fractions ``(0.4, 0.3, 0.3)``:
 
 MAMS, stages ``(0.3, 0.2, 0.2, 0.3)``: (1) dual averaging of the step size to
 ``target_accept_prob`` (0.9 by default [5]; Nesterov's scheme as in Stan and
-BlackJAX) with :math:`L` at its initial value, at most ``_STAGE1_STEPS`` (100) integration
-steps per transition; (2) step size frozen at its averaged
+BlackJAX) with :math:`L/\epsilon` fixed; (2) step size frozen at its averaged
 value, step-size-weighted moments of :math:`x`, then
 :math:`L \leftarrow L \cdot \min(2, 1.3 \sqrt{\sum_i \mathrm{Var}[x_i]} / L)`, the step
 kept (capped at :math:`L/1.1`); under the convergence stop (below) the moments restart
@@ -104,19 +103,9 @@ largest integrated autocorrelation time (in transitions) among the recorded
 coordinates of the stage's draws (BlackJAX's ``max="max"``: its minimum ESS); (4) dual
 averaging again with :math:`L` fixed; the final step size is its average.
 
-Three departures from BlackJAX's ``adjusted_mclmc_find_L_and_step_size`` (which has
-the same four stages when ``frac_tune3 > 0``), all found on the whitened field
+Two departures from BlackJAX's ``adjusted_mclmc_find_L_and_step_size`` (which has
+the same four stages when ``frac_tune3 > 0``), both found on the whitened field
 posteriors (``tests/samplers/test_mams_tuning.py``):
-
-* BlackJAX's stage 1 keeps the number of integration steps :math:`L/\epsilon` fixed
-  (10 at the defaults), so :math:`L` follows the step. From a start far out in some
-  directions (a non-centred prior draw where the data narrow the posterior 16-fold) the
-  step is ~30x below the stationary one until the chains arrive, a transition moves
-  them by a tenth of its usual length, and at 64³ they were still climbing after the
-  200 transitions of stages 1-2 (the moment stage then measured the climb, and the final
-  :math:`L/\epsilon` was 2). Holding :math:`L` costs the same gradients per distance
-  travelled and arrives in ~30 transitions; from a start in the typical set it needs
-  fewer integration steps than 10.
 
 * BlackJAX scales :math:`\epsilon` with :math:`L` at the end of stage 2 and re-runs
   dual averaging before stage 3; without that re-run stage 3 ran at
@@ -264,7 +253,6 @@ _ACCEPT_ERROR = 0.05  # stages 1 and 4: |window acceptance - target|
 _PASSES_STEP = 1  # stages 1 and 4: checks to pass (each compares two windows)
 _VARIANCE_ERROR = 0.05  # stage 2: relative Monte Carlo error of sum_i Var[x_i]
 _PASSES = 2  # stage 2: consecutive checks to pass
-_STAGE1_STEPS = 100.0  # MAMS stage 1: L = min(initial L, this x step)
 _DRIFT = 2.0  # stages 1, 2, 4: |window drift of mean lp| <= this x lp's sd within the window
 
 
@@ -1124,13 +1112,8 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
             avg_error=avg_error,
         )
         eps_new = tf.where(adapting, tf.exp(log_eps), eps)
-        # Stage 1: L at its initial value, at most _STAGE1_STEPS integration steps.
-        length0 = _as_dtype(self._parameters["trajectory_length"], dtype)
-
-        def stage1_length(step):
-            return tf.minimum(length0, _STAGE1_STEPS * step)
-
-        l_new = tf.where(in1 if converging else t < end1, stage1_length(eps_new), big_l)
+        # Stage 1: L follows the step size (fixed number of integration steps).
+        l_new = tf.where(in1 if converging else t < end1, big_l * eps_new / eps, big_l)
         # End of stages 1 and 4: the averaged step size.
         final = tf.exp(tuning.log_step_size_avg)
         if converging:
@@ -1157,7 +1140,7 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         else:
             last1, last4 = t == end1 - 1, t == end4 - 1
         eps_new = tf.where(last1 | last4, final, eps_new)
-        l_new = tf.where(last1, stage1_length(final), l_new)
+        l_new = tf.where(last1, l_new * final / tf.exp(log_eps), l_new)
         # Stage 2: moments -> L.
         if not converging:
             in2 = (t >= end1) & (t < end2)

@@ -136,10 +136,10 @@ def far_start():
 
 
 def test_far_start_does_not_collapse_the_trajectory(far_start):
-    """Before the stationarity gate and the stage-1 L hold, the convergence stop ended
-    the step stage and the moment stage while the chains were still climbing (at a step
-    30x below the stationary one, with L following it), and the moment stage's 2x cap
-    tied L to that step: after the final step stage L / eps = 1.1 and L / sqrt(d) = 0.62
+    """Before the stationarity gate, the convergence stop ended the step stage and the
+    moment stage while the chains were still climbing (at a step 30x below the
+    stationary one, with L following it), and the moment stage's 2x cap tied L to that
+    step: after the final step stage L / eps = 1.1 and L / sqrt(d) = 0.62
     (64³ benchmark: 1.3 and 0.34, 300 gradients per min-ESS)."""
     eps, big_l, stage = far_start
     assert stage == 4, f"warm-up did not finish (stage {stage})"
