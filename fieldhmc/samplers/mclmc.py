@@ -1147,8 +1147,10 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         if not converging:
             in2 = (t >= end1) & (t < end2)
         w = tf.where(in2 & tf.reduce_all(finite), eps, tf.zeros([], dtype))
-        if converging:  # the moments restart where the chains were found still drifting
-            keep = tf.where(in2 & checked & ~stationary, tf.zeros([], dtype), tf.ones([], dtype))
+        if converging:  # the moments restart where the chains were found still drifting,
+            # except on stage 2's last transition (it would leave one draw to estimate from)
+            restart = in2 & checked & ~stationary & ~end_of_2
+            keep = tf.where(restart, tf.zeros([], dtype), tf.ones([], dtype))
             tuning = tuning._replace(weight=tuning.weight * keep, m2=[m * keep for m in tuning.m2])
         tuning = self._field_ops.moments(tuning, x, w)
         at2 = tf.zeros([], tf.bool)
