@@ -1159,7 +1159,7 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
                 # Converged when the relative Monte Carlo error of sum_i Var[x_i], from
                 # the spread of the chains' own estimates, is below _VARIANCE_ERROR at
                 # _PASSES consecutive checks. Field-sized: only on a check.
-                check2 = in2 & (checked | (since == end2 - end1 - 1))
+                check2 = (in2 & checked) | end_of_2
                 total, error = tf.cond(
                     check2,
                     lambda: self._variance_and_error(tuning),
@@ -1170,7 +1170,7 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
                     tf.where((error < _VARIANCE_ERROR) & stationary, passes + 1, 0),
                     passes,
                 )
-                at2 = in2 & ((since == end2 - end1 - 1) | (passes >= _PASSES))
+                at2 = end_of_2 | (in2 & (passes >= _PASSES))
                 # From stationary chains the moments are L's estimate; otherwise
                 # BlackJAX's cap (at most 2x the stage-1 L, which follows a step tuned
                 # while the chains drifted).

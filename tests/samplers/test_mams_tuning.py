@@ -104,7 +104,7 @@ def _far_widths(dim: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def far_start():
-    """(kernel, final step / sqrt(d), final L / sqrt(d), final stage) after a converged-
+    """(final step / sqrt(d), final L / sqrt(d), final stage) after a converged-
     stop warm-up from the far start."""
 
     def target(x):
@@ -160,6 +160,14 @@ def _windows(drift_per_window: float, rho: float, n: int, seed: int) -> np.ndarr
     return np.diff(lp, axis=1)
 
 
+class MicrocanonicalTuningStub(NamedTuple):
+    """The stationarity check's accumulators, as `MicrocanonicalTuning` carries them."""
+
+    lp_drift: tf.Tensor
+    lp_sum: tf.Tensor
+    lp_sq: tf.Tensor
+
+
 @tf.function(autograph=False)
 def _check_window(increments):
     """The stationarity check over one window ``[10, chains]`` of increments: ``(passed,
@@ -172,12 +180,6 @@ def _check_window(increments):
             tuning, increments[t], tf.constant(t == 9), tf.constant(t + 1.0, tf.float64)
         )
     return ok, window
-
-
-class MicrocanonicalTuningStub(NamedTuple):
-    lp_drift: tf.Tensor
-    lp_sum: tf.Tensor
-    lp_sq: tf.Tensor
 
 
 def _passes(increments: np.ndarray) -> float:
