@@ -1174,10 +1174,14 @@ class _SamplerCommon(BaseModel):
         "mis-scale a mode; none: per coordinate, as Stan. Per coordinate on a mesh "
         "(distribution section).",
     )
-    init: Literal["prior", "zeros", "wiener"] = Field(
+    init: Literal["prior", "zeros", "wiener", "posterior"] = Field(
         "prior",
-        description="Initial state: a prior draw, zeros, or the Wiener-filter mean (gaussian "
-        "likelihoods with fixed hyperparameters only).",
+        description="Initial state: a prior draw, zeros, the Wiener-filter mean (gaussian "
+        "likelihoods with fixed hyperparameters only), or posterior: hyperparameters at "
+        "their fiducial values and per chain a draw of the field's linear-surrogate "
+        "conditional posterior there (the conditional parametrisation's; exact for "
+        "unmasked gaussian data), in the bulk of the posterior where a prior draw sits "
+        "far out along the modes the data measure.",
     )
     init_jitter: float = _finite(
         0.0, "Scale of Gaussian jitter added to the initial state (>= 0).", ge=0

@@ -120,7 +120,7 @@ __all__ = [
 PARAMETRIZATIONS: tuple[str, ...] = ("noncentred", "centred")
 #: Parametrisations whose latent is white a posteriori under a linear surrogate.
 CONDITIONAL_PARAMETRIZATIONS: tuple[str, ...] = ("conditional", "conditional_scale")
-INIT_KINDS: tuple[str, ...] = ("prior", "zeros", "wiener")
+INIT_KINDS: tuple[str, ...] = ("prior", "zeros", "wiener", "posterior")
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -905,10 +905,27 @@ class FieldModel(abc.ABC):
 
     def _noncentred_twin(self) -> FieldModel:
         """This model written non-centred (the same generative model, a data-free latent)."""
+        return self._twin("noncentred")
+
+    def _twin(self, parametrization: str) -> FieldModel:
+        """This model written in another parametrisation (the same generative model)."""
         twin = copy.copy(self)
-        twin.parametrization = "noncentred"
-        twin.__dict__.pop("_field_only_constants", None)
+        twin.parametrization = parametrization
+        for kept in ("_field_only_constants", "_packed_modes_scale"):
+            twin.__dict__.pop(kept, None)
         return twin
+
+    def _surrogate_posterior_field(self, z: tf.Tensor, hyper_latents: dict, data) -> tf.Tensor:
+        """This parametrisation's ``"field"`` latent of :math:`\\delta = \\mu + \\sqrt{w}
+        Z`, the linear surrogate's conditional posterior at the hyperparameters'
+        ``hyper_latents`` (``[chains]`` each) driven by the white noise ``z``."""
+        if self.parametrization == "conditional":
+            return z
+        twin = self._twin("conditional")
+        latents = [z if n == "field" else hyper_latents[n] for n in twin.latent_names]
+        delta = PinnedTarget(twin, data).field_from_latents(*latents)
+        hp = {n: self._physical(n, hyper_latents[n]) for n in self.hyper_names}
+        return self.latents_from_field(delta, data=data, **hp)
 
     def _sample_conditional(self, seed, sample_shape) -> dict[str, tf.Tensor]:
         """:meth:`sample` of a ``conditional`` model: the draw of the same model written
@@ -1192,7 +1209,13 @@ class FieldModel(abc.ABC):
             ``"prior"``: a prior draw of every latent; ``"zeros"``: hyperparameters at
             their fiducial values, ``field`` zero; ``"wiener"``: hyperparameters at
             their fiducial values, ``field`` at the Wiener-filter mean
-            (:meth:`wiener_latent`, needs ``data``).
+            (:meth:`wiener_latent`, needs ``data``); ``"posterior"``: hyperparameters
+            at their fiducial values, ``field`` an independent draw per chain of the
+            linear surrogate's conditional posterior there (the ``conditional``
+            parametrisation's mean and width; exact for Gaussian data without a mask,
+            needs ``data``), written in this model's parametrisation. Under the
+            ``posterior`` metric a prior draw sits up to :math:`\\sqrt{1 + q}` posterior
+            widths out along the well-measured modes; this one starts in the bulk.
         num_chains : int
             Leading batch size.
         seed : int or int Tensor [2]
@@ -1238,6 +1261,14 @@ class FieldModel(abc.ABC):
                 values[name] = tf.fill(shape, tf.constant(fiducial, self.dtype))
             if kind == "zeros":
                 values["field"] = tf.zeros([num_chains, *self.grid.grid_shape], self.dtype)
+            elif kind == "posterior":
+                if data is None:
+                    raise ValueError("init kind 'posterior' needs data")
+                z = tf.random.stateless_normal(
+                    [num_chains, *self.grid.grid_shape], draw_seed, dtype=self.dtype
+                )
+                data = self._check_data(data)
+                values["field"] = self._surrogate_posterior_field(z, values, data)
             else:
                 if data is None:
                     raise ValueError("init kind 'wiener' needs data")

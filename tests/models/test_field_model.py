@@ -222,7 +222,7 @@ def test_int_seeds_are_reproducible_in_eager_mode():
 
 
 @pytest.mark.parametrize("parametrization", PARAMETRIZATIONS)
-@pytest.mark.parametrize("kind", ["prior", "zeros", "wiener"])
+@pytest.mark.parametrize("kind", ["prior", "zeros", "wiener", "posterior"])
 def test_init_latents(kind, parametrization):
     model, _ = build_model("odd", "poisson_mask", parametrization, True, dtype=tf.float32)
     _, data, _ = _draw(model)
@@ -240,6 +240,8 @@ def test_init_latents(kind, parametrization):
         assert np.all(init[-1].numpy() == 0)
     if kind == "wiener":
         assert float(tf.reduce_max(tf.abs(init[-1]))) > 0
+    if kind == "posterior":  # one draw per chain (the latent's mean-mode coordinate is 0)
+        assert np.sum(tf.math.reduce_std(init[-1], axis=0).numpy() == 0) <= 1
     lp = model.target_log_prob_fn(data)(*init)
     assert np.all(np.isfinite(lp.numpy()))
 
@@ -248,8 +250,9 @@ def test_init_latents_bad_inputs():
     model, _ = build_model("odd", "gaussian", "noncentred", False)
     with pytest.raises(ValueError, match="init kind"):
         model.init_latents("bogus", 2, seed=1)
-    with pytest.raises(ValueError, match="needs data"):
-        model.init_latents("wiener", 2, seed=1)
+    for kind in ("wiener", "posterior"):
+        with pytest.raises(ValueError, match="needs data"):
+            model.init_latents(kind, 2, seed=1)
     with pytest.raises(ValueError, match="num_chains"):
         model.init_latents("zeros", 0, seed=1)
 
