@@ -102,23 +102,22 @@ def _far_widths(dim: int) -> np.ndarray:
     return np.sqrt(1.0 + 270.0 * radius**-1.12).astype(np.float32)
 
 
-@pytest.fixture(scope="module")
-def far_start():
+def _far_start(dim: int, warmup: int) -> tuple[float, float, int]:
     """(final step / sqrt(d), final L / sqrt(d), final stage) after a converged-
-    stop warm-up from the far start."""
+    stop warm-up of ``warmup`` transitions from the far start in ``dim`` dimensions."""
 
     def target(x):
         return -0.5 * tf.reduce_sum(tf.square(x), axis=-1)
 
-    root_d = math.sqrt(FAR_DIM)
+    root_d = math.sqrt(dim)
     kernel = MetropolisAdjustedMicrocanonical(
         target,
         step_size=0.1 * root_d,
         trajectory_length=root_d,
-        num_adaptation_steps=FAR_WARMUP,
+        num_adaptation_steps=warmup,
         warmup_stop="converged",
     )
-    x = tf.random.stateless_normal([CHAINS, FAR_DIM], [1, 2]) * _far_widths(FAR_DIM)
+    x = tf.random.stateless_normal([CHAINS, dim], [1, 2]) * _far_widths(dim)
 
     @tf.function(jit_compile=True)
     def run(x):
@@ -128,22 +127,28 @@ def far_start():
             x, r = kernel.one_step(x, r, seed=tf.stack([7, i]))
             return i + 1, x, r
 
-        _, x, r = tf.while_loop(lambda i, *_: i < FAR_WARMUP, body, (tf.constant(0), x, r))
+        _, x, r = tf.while_loop(lambda i, *_: i < warmup, body, (tf.constant(0), x, r))
         return r.step_size, r.trajectory_length, r.tuning.stage
 
     eps, big_l, stage = run(x)
     return float(eps) / root_d, float(big_l) / root_d, int(stage)
 
 
-def test_far_start_does_not_collapse_the_trajectory(far_start):
+@pytest.mark.parametrize(
+    "dim, warmup, min_l",
+    [(FAR_DIM, FAR_WARMUP, 1.0), pytest.param(262144, 400, 1.5, marks=pytest.mark.slow)],
+)
+def test_far_start_does_not_collapse_the_trajectory(dim, warmup, min_l):
     """Before the stationarity gate, the convergence stop ended the step stage and the
     moment stage while the chains were still climbing (at a step 30x below the
     stationary one, with L following it), and the moment stage's 2x cap tied L to that
-    step: after the final step stage L / eps = 1.1 and L / sqrt(d) = 0.62
-    (64³ benchmark: 1.3 and 0.34, 300 gradients per min-ESS)."""
-    eps, big_l, stage = far_start
+    step: after the final step stage L / eps = 1.1 and L / sqrt(d) = 0.62 at 8192
+    dimensions (64³ benchmark: 1.3 and 0.34, 300 gradients per min-ESS). At 262144
+    (the 64³ field's size) the moment stage's L from stationary chains, uncapped, is
+    what lifts L / sqrt(d) above 1.5 (0.36 before the gate)."""
+    eps, big_l, stage = _far_start(dim, warmup)
     assert stage == 4, f"warm-up did not finish (stage {stage})"
-    assert big_l >= 1.0, f"final L/sqrt(d) = {big_l:.3f}"
+    assert big_l >= min_l, f"final L/sqrt(d) = {big_l:.3f}"
     assert big_l / eps >= 3.0, f"final L/eps = {big_l / eps:.2f} integration steps"
 
 
