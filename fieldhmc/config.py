@@ -1180,8 +1180,8 @@ class _SamplerCommon(BaseModel):
         "likelihoods with fixed hyperparameters only), or posterior: hyperparameters at "
         "their fiducial values and per chain a draw of the field's linear-surrogate "
         "conditional posterior there (the conditional parametrisation's; exact for "
-        "unmasked gaussian data), in the bulk of the posterior where a prior draw sits "
-        "far out along the modes the data measure.",
+        "unmasked gaussian data and the identity forward model), in the bulk of the "
+        "posterior where a prior draw sits far out along the modes the data measure.",
     )
     init_jitter: float = _finite(
         0.0, "Scale of Gaussian jitter added to the initial state (>= 0).", ge=0

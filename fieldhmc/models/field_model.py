@@ -1205,17 +1205,18 @@ class FieldModel(abc.ABC):
 
         Parameters
         ----------
-        kind : {"prior", "zeros", "wiener"}
+        kind : {"prior", "zeros", "wiener", "posterior"}
             ``"prior"``: a prior draw of every latent; ``"zeros"``: hyperparameters at
             their fiducial values, ``field`` zero; ``"wiener"``: hyperparameters at
             their fiducial values, ``field`` at the Wiener-filter mean
             (:meth:`wiener_latent`, needs ``data``); ``"posterior"``: hyperparameters
             at their fiducial values, ``field`` an independent draw per chain of the
             linear surrogate's conditional posterior there (the ``conditional``
-            parametrisation's mean and width; exact for Gaussian data without a mask,
-            needs ``data``), written in this model's parametrisation. Under the
-            ``posterior`` metric a prior draw sits up to :math:`\\sqrt{1 + q}` posterior
-            widths out along the well-measured modes; this one starts in the bulk.
+            parametrisation's mean and width; exact for Gaussian data without a mask
+            and no forward model, needs ``data``), written in this model's
+            parametrisation. Under the ``posterior`` metric a prior draw sits up to
+            :math:`\\sqrt{1 + q}` posterior widths out along the well-measured modes;
+            this one starts in the bulk.
         num_chains : int
             Leading batch size.
         seed : int or int Tensor [2]

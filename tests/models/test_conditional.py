@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -267,8 +268,9 @@ def test_init_posterior_is_the_conditional_draw_in_every_parametrisation():
     from fieldhmc import config as cfg
     from fieldhmc import workflow
 
+    path = Path(__file__).resolve().parents[2] / "configs" / "galaxy_clustering_16.yaml"
+
     def init_delta(par):
-        path = "configs/galaxy_clustering_16.yaml"
         config = cfg.load_config(path, ["grid.shape=[8,8,8]", f"model.parametrisation={par}"])
         model = workflow.build_model(config)
         init = model.init_latents("posterior", 3, seed=[7, 1], data=data)
@@ -277,7 +279,7 @@ def test_init_posterior_is_the_conditional_draw_in_every_parametrisation():
         hyper = {n: x.numpy() for n, x in zip(model.latent_names, init, strict=True)}
         return hyper, target.field_from_latents(*init).numpy(), model
 
-    config = cfg.load_config("configs/galaxy_clustering_16.yaml", ["grid.shape=[8,8,8]"])
+    config = cfg.load_config(path, ["grid.shape=[8,8,8]"])
     data = workflow.build_model(config).sample(seed=[4, 2])["data"].numpy()
     ref_hyper, expected, ref_model = init_delta("conditional")
     assert np.std(expected) > 0
