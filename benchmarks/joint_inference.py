@@ -40,10 +40,12 @@ from microcanonical import Problem, add_run_arguments, run_kind  # noqa: E402
 from fieldhmc import config as cfg  # noqa: E402
 from fieldhmc import workflow  # noqa: E402
 from fieldhmc.diagnostics import ess_bulk  # noqa: E402
+from fieldhmc.models import CONDITIONAL_PARAMETRIZATIONS, PARAMETRIZATIONS  # noqa: E402
 from fieldhmc.ops import HermitianPacking, rfft3d  # noqa: E402
 from fieldhmc.samplers import stateless_seed  # noqa: E402
 
 KINDS = ("fieldnuts", "mams", "hmc", "chees", "mclmc")
+ALL_PARAMETRIZATIONS = (*PARAMETRIZATIONS, *CONDITIONAL_PARAMETRIZATIONS)
 
 
 def simulated_truth(path: str, overrides: list[str]) -> tuple[np.ndarray, dict]:
@@ -149,14 +151,14 @@ def main(argv: list[str] | None = None) -> dict:
         "--parametrisations",
         nargs="+",
         default=["noncentred", "conditional", "conditional_scale"],
-        choices=["noncentred", "centred", "conditional", "conditional_scale"],
+        choices=ALL_PARAMETRIZATIONS,
     )
     parser.add_argument("--fixed", action="store_true", help="also fixed hyperparameters")
     parser.add_argument(
         "--fixed-parametrisation",
         nargs="+",
         default=["conditional"],
-        choices=["noncentred", "centred", "conditional", "conditional_scale"],
+        choices=ALL_PARAMETRIZATIONS,
         help="one fixed-hyperparameter row per parametrisation",
     )
     parser.add_argument("--no-sampled", action="store_true", help="only the fixed rows")

@@ -269,27 +269,32 @@ def test_init_posterior_is_the_conditional_draw_in_every_parametrisation():
     from fieldhmc import workflow
 
     path = Path(__file__).resolve().parents[2] / "configs" / "galaxy_clustering_16.yaml"
+    models = {
+        par: workflow.build_model(
+            cfg.load_config(path, ["grid.shape=[8,8,8]", f"model.parametrisation={par}"])
+        )
+        for par in ("conditional", "noncentred", "centred")
+    }
+    data = models["conditional"].sample(seed=[4, 2])["data"].numpy()
 
-    def init_delta(par):
-        config = cfg.load_config(path, ["grid.shape=[8,8,8]", f"model.parametrisation={par}"])
-        model = workflow.build_model(config)
+    def init_delta(model):
         init = model.init_latents("posterior", 3, seed=[7, 1], data=data)
         target = model.target_log_prob_fn(data)
         assert np.all(np.isfinite(target(*init).numpy()))
         hyper = {n: x.numpy() for n, x in zip(model.latent_names, init, strict=True)}
-        return hyper, target.field_from_latents(*init).numpy(), model
+        return hyper, target.field_from_latents(*init).numpy()
 
-    config = cfg.load_config(path, ["grid.shape=[8,8,8]"])
-    data = workflow.build_model(config).sample(seed=[4, 2])["data"].numpy()
-    ref_hyper, expected, ref_model = init_delta("conditional")
+    ref_model = models.pop("conditional")
+    ref_hyper, expected = init_delta(ref_model)
     assert np.std(expected) > 0
     for name in ref_model.hyper_names:
         fiducial = ref_model.fiducial[name]
         if ref_model.hyper_priors[name].is_bounded:
             fiducial = float(ref_model.hyper_priors[name].unconstrained_np(fiducial))
         np.testing.assert_allclose(ref_hyper[name], fiducial, rtol=1e-6)
-    for par in ("noncentred", "centred"):
-        hyper, delta, model = init_delta(par)
+    for model in models.values():
+        hyper, delta = init_delta(model)
+        assert model.hyper_names == ref_model.hyper_names
         for name in model.hyper_names:
             np.testing.assert_array_equal(hyper[name], ref_hyper[name])
         np.testing.assert_allclose(delta, expected, atol=1e-5 * np.abs(expected).max())
