@@ -62,6 +62,7 @@ from fieldhmc.samplers.kernels import (
     slim_results,
     whiten,
 )
+from fieldhmc.samplers.loops import pinned_to
 from fieldhmc.samplers.mclmc import WARMUP_STOPS
 from fieldhmc.seeds import stateless_seed
 
@@ -888,15 +889,18 @@ class Sampler:
                 # and the stored-field buffer in place. A tf.cond materialised a zero field
                 # on the others and copied the moments through itself, and the buffer's
                 # slot was rewritten every transition (~3 field passes per transition).
-                def with_field(state):
-                    field = fo.field_fn(*x_parts())
+                def with_field(state, u_in):
+                    field = fo.field_fn(*to_x(u_in))
                     state = dict(state)
                     if "stats" in state:
                         state["stats"] = _cond(
                             field_for_trace, lambda: field_stats(field), no_field_stats
                         )
                     state["fw"] = _loop_if(
-                        traced(is_moment), lambda fw: _welford_update(fw, [field]), state["fw"]
+                        traced(is_moment),
+                        lambda fw, f: _welford_update(fw, [f]),
+                        state["fw"],
+                        (field,),
                     )
                     if fo.store_fields:
                         # Slot `nfields` takes a kept draw (the last slot once all are
@@ -904,7 +908,10 @@ class Sampler:
                         nfields = state["nfields"]
                         slot = tf.minimum(nfields, nslots - 1)
                         state["field_buf"] = _loop_if(
-                            traced(keep), lambda buf: write(buf, slot, field), state["field_buf"]
+                            traced(keep),
+                            lambda buf, f: write(buf, slot, f),
+                            state["field_buf"],
+                            (field,),
                         )
                         state["nfields"] = nfields + tf.cast(keep, tf.int32)
                     return state
@@ -912,7 +919,9 @@ class Sampler:
                 state = {k: carried[k] for k in ("fw", "field_buf", "nfields") if k in carried}
                 if fo.modes_fn is None:  # P(k) and tracked modes read the field
                     state["stats"] = no_field_stats()
-                state = _loop_if(traced(_any(field_for_trace, is_moment, keep)), with_field, state)
+                state = _loop_if(
+                    traced(_any(field_for_trace, is_moment, keep)), with_field, state, (u,)
+                )
                 if fo.modes_fn is None:
                     out = state.pop("stats")
                 else:
@@ -923,8 +932,8 @@ class Sampler:
                     values["tracked_real"], values["tracked_imag"] = out[1], out[2]
             if "lw" in carried:  # adapt_diagonal: every warm-up transition
 
-                def latent_moments(lw=carried["lw"]):
-                    x64 = [tf.cast(p, tf.float64) for p in x_parts()]
+                def latent_moments(lw=carried["lw"], u_in=u):
+                    x64 = [tf.cast(p, tf.float64) for p in to_x(u_in)]
                     if s.adapt_dense_params:  # the block's mean and co-moment close the list
                         block = tf.stack([x64[j] for j in dense_idx], axis=-1)
                         moments = dense_metric.welford_block_update(lw[0], lw[-2], lw[-1], block)
@@ -932,7 +941,7 @@ class Sampler:
                     return _welford_update(lw, x64)
 
                 if phase == "both":  # a loop, not a tf.cond: no copy after warm-up
-                    carried["lw"] = _loop_if(step < num_burnin, latent_moments, carried["lw"])
+                    carried["lw"] = _loop_if(step < num_burnin, latent_moments, carried["lw"], (u,))
                 else:
                     carried["lw"] = latent_moments()
             for name, value in values.items():
@@ -1413,18 +1422,26 @@ def _any(*predicates):
     return functools.reduce(tf.logical_or, tensors)
 
 
-def _loop_if(predicate, fn, state):
-    """``fn(state)`` if ``predicate`` else ``state``: a ``tf.while_loop`` of zero or one
-    trips (a Python bool decides at trace time). Unlike a ``tf.cond``, XLA updates a
-    loop's state in place: a conditional copies the buffers it passes through."""
+def _loop_if(predicate, fn, state, inputs=()):
+    """``fn(state, *inputs)`` if ``predicate`` else ``state``: a ``tf.while_loop`` of
+    zero or one trips (a Python bool decides at trace time). Unlike a ``tf.cond``, XLA
+    updates a loop's state in place: a conditional copies the buffers it passes through.
+
+    ``fn`` must read what it computes from (e.g. the sampler state) through ``inputs``,
+    not from its closure: XLA's loop-invariant code motion hoists whatever the body
+    computes from loop-invariant values out of the loop, so a field made from the
+    closure's state ran on every transition (an extra ``irfft3d`` per mclmc transition,
+    most of the driver's overhead). Inside the loop the inputs are made
+    loop-variant (:func:`~fieldhmc.samplers.loops.pinned_to`)."""
     if isinstance(predicate, bool):
-        return fn(state) if predicate else state
+        return fn(state, *inputs) if predicate else state
     trips = tf.cast(predicate, tf.int32)
+
+    def body(j, st):
+        return j + 1, fn(st, *pinned_to(j, inputs))
+
     _, state = tf.while_loop(
-        lambda j, _: j < trips,
-        lambda j, st: (j + 1, fn(st)),
-        (tf.constant(0), state),
-        maximum_iterations=1,
+        lambda j, _: j < trips, body, (tf.constant(0), state), maximum_iterations=1
     )
     return state
 

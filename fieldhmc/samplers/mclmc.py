@@ -212,6 +212,8 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from tensorflow.python.ops import control_flow_util  # no public XLA-context query
 
+from fieldhmc.samplers.loops import pinned_to
+
 __all__ = [
     "INTEGRATORS",
     "MetropolisAdjustedMicrocanonical",
@@ -639,8 +641,11 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         extra = () if lp_change is None else (lp_change,)
 
         def tune(j, eps, big_l, tuning):
+            # the state through pinned_to: nothing computed from it is hoisted out of
+            # the loop to run after warm-up too
+            xs, stat, more = pinned_to(j, (x, statistic, extra))
             now = r._replace(step_size=eps, trajectory_length=big_l, tuning=tuning)
-            return (j + 1, *self._tune(now, x, statistic, finite, dim, *extra))
+            return (j + 1, *self._tune(now, xs, stat, finite, dim, *more))
 
         _, eps, big_l, tuning = tf.while_loop(
             lambda j, *_: j < trips,

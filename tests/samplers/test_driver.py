@@ -634,3 +634,35 @@ def test_separate_sampling_program_rule():
     assert sampler._chunk is sampler._sampling_chunk  # a small run: one program
     sampler = _short_sampler("hmc", separate_sampling_program=True)
     assert sampler._chunk is not sampler._sampling_chunk
+
+
+def test_field_outputs_are_not_hoisted_out_of_their_loops(tmp_path):
+    """The field outputs' work sits in loops of zero or one trips (``_loop_if``); XLA's
+    loop-invariant code motion hoists what such a loop computes from its closure into
+    the enclosing body, where it runs on every transition. The field reads the state
+    through ``pinned_to``: in the compiled post-warm-up chunk the field's transform is
+    inside a nested loop, and none is in the transition loop's body (the target has no
+    transform of its own). Fails with the state read from the closure."""
+    from tests.samplers.hlo_nesting import while_depths
+
+    def field(x, h):  # one irfft per field, none in the target
+        return tf.signal.irfft(tf.complex(x, tf.zeros_like(x)))
+
+    outputs = FieldOutputs(
+        field_fn=field, power_fn=lambda f: tf.reduce_mean(f**2, -1, keepdims=True)
+    )
+    sampler = _short_sampler("mclmc", outputs, thin=2, field_thin=3)
+    calls = []
+    chunk = sampler._sampling_chunk
+
+    def recorded(*args):
+        calls.append(args)
+        return chunk(*args)
+
+    sampler._sampling_chunk = recorded
+    sampler.run(MemorySink(), tmp_path, _init(chains=2), progress=False)
+    hlo = sampler.runner.sampling_chunk.experimental_get_compiler_ir(*calls[-1])(
+        stage="optimized_hlo"
+    )
+    depths = while_depths(hlo, r"fft_type=IRFFT")
+    assert depths and min(depths) >= 2, depths  # 1: in the transition loop's body
