@@ -693,7 +693,8 @@ def speed(model, data, rows: dict, args) -> dict:
     "bare": the kernel's compiled loop, nothing stored. "driver": the driver's
     compiled chunk (its ``sampling_seconds``) with `run_kind`'s outputs: traces, the
     field draws every ``--thin-*``-th transition and the field's running moments
-    (every 5th transition for mclmc, every one for mams; `field_stats_every`).
+    (every 5th transition for mclmc, or the stored draws' multiple of `--thin-mclmc`
+    below that; every one for mams; `field_stats_every`).
     BlackJAX: its compiled loop of bare kernel steps, nothing stored.
     """
     from fieldhmc.samplers.mclmc import (

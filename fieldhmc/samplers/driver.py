@@ -277,21 +277,29 @@ class TraceSink(Protocol):
     def append_fields(self, fields: np.ndarray) -> None: ...
 
 
-def field_stats_every(settings: SamplerSettings) -> int:
+def field_stats_every(settings: SamplerSettings, stores_fields: bool = False) -> int:
     """Post-warm-up transitions between updates of the field's running moments.
 
     ``settings.stats_every`` if set; else the kind's
     :meth:`~fieldhmc.samplers.kinds.SamplerKind.field_stats_every`: 1, except for kinds
     with few gradients per transition (``mclmc``), whose running moments would
     otherwise cost a good part of the run (the field statistics cost about one
-    gradient). The moments (``field_mean``, ``field_var``) then average
+    gradient). When field draws are stored (``stores_fields``) at least that often
+    (``field_thin <= k``), ``k`` is rounded down to a multiple of ``field_thin``: the
+    moments then read fields made for the store, and no transition makes a field for
+    the moments alone (``field_thin`` 3 and ``k`` 5 made one on 7 transitions in 15,
+    now on 5). The moments (``field_mean``, ``field_var``) average
     ``num_results / k`` draws per chain (the draws at
     ``(step - num_burnin_steps) % k == 0``). Per-draw P(k) and tracked modes are
     computed for every stored draw (every ``thin``-th) whatever ``k``.
     """
     if settings.stats_every:
         return settings.stats_every
-    return settings.sampler_kind.field_stats_every(settings)
+    k = settings.sampler_kind.field_stats_every(settings)
+    thin = settings.field_thin
+    if stores_fields and thin <= k:
+        return thin * (k // thin)
+    return k
 
 
 def adaptation_windows(num_burnin_steps: int) -> list[tuple[int, int]]:
@@ -804,7 +812,7 @@ class Sampler:
         if phase != "sampling" and s.adapt_diagonal:
             carried["lw"] = carry.read("lw")
         dense_idx = self._dense_idx
-        stats_every = field_stats_every(s)
+        stats_every = field_stats_every(s, fo is not None and fo.store_fields)
 
         def write(buf, i, value):
             # dynamic-update-slice of a loop-carried buffer: in place under XLA (a
@@ -1311,8 +1319,9 @@ class Sampler:
     def _summary(self, rs: _RunState) -> dict:
         """:class:`RunResult`'s fields (a dict the sharded sampler amends)."""
         fw = self._carry.numpy("fw")
+        fo = self.field_outputs
         field_mean = field_var = None
-        if self.field_outputs is not None and float(fw[0]) > 1:
+        if fo is not None and float(fw[0]) > 1:
             field_mean = np.asarray(fw[1])
             field_var = np.asarray(fw[2]) / (float(fw[0]) - 1.0)
         return {
@@ -1330,7 +1339,9 @@ class Sampler:
             "warmup_gradient_evaluations": rs.warmup_gradient_evaluations,
             # field_mean / field_var average every field_moments_every-th transition:
             # field_moments_draws draws of all chains (not num_draws x chains if > 1).
-            "field_moments_every": field_stats_every(self.settings),
+            "field_moments_every": field_stats_every(
+                self.settings, fo is not None and fo.store_fields
+            ),
             "field_moments_draws": int(float(fw[0])),
             "tuned": self.settings.sampler_kind.tuned_parameters(
                 self._carry.numpy("results"), rs.scales

@@ -876,7 +876,7 @@ class MeshChunkRunner:
         names = self._field_names()
         after = step - s.num_burnin_steps
         is_trace = after >= 0 and after % s.thin == 0
-        is_moment = after >= 0 and after % field_stats_every(s) == 0
+        is_moment = after >= 0 and after % field_stats_every(s, fo.store_fields) == 0
         keep = after >= 0 and fo.store_fields and after % s.field_thin == 0
         values = [np.zeros(self._field_stat_shapes[n], np.float64) for n in names]
         if is_trace or is_moment or keep:

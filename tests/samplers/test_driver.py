@@ -353,6 +353,12 @@ def test_mclmc_field_moments_every_kth_transition_and_resume(tmp_path, field_sam
     assert field_stats_every(SamplerSettings(kind="mclmc", integrator="leapfrog")) == 10
     for kind in ("hmc", "nuts", "fieldnuts", "mams"):
         assert field_stats_every(SamplerSettings(kind=kind)) == 1
+    # Field draws stored at least every 5th: the moments on a multiple of their cadence,
+    # so that no transition makes a field for the moments alone.
+    for thin, every in ((3, 3), (2, 4), (5, 5), (10, 5), (7, 5)):
+        settings = SamplerSettings(kind="mclmc", field_thin=thin)
+        assert field_stats_every(settings, stores_fields=True) == every, thin
+        assert field_stats_every(settings) == 5  # no field stored
 
     def run(name, sampler, **kw):
         d = tmp_path / name
