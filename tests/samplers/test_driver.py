@@ -658,16 +658,18 @@ def test_field_outputs_are_not_hoisted_out_of_their_loops(tmp_path):
         field_fn=field, power_fn=lambda f: tf.reduce_mean(f**2, -1, keepdims=True)
     )
     sampler = _short_sampler("mclmc", outputs, thin=2, field_thin=3)
-    calls = []
-    chunk = sampler._sampling_chunk
+    assert sampler._chunk is sampler._sampling_chunk  # one program for both phases
 
-    def recorded(*args):
-        calls.append(args)
-        return chunk(*args)
+    class Recorded(Exception):
+        pass
 
-    sampler._sampling_chunk = recorded
-    sampler.run(MemorySink(), tmp_path, _init(chains=2), progress=False)
-    hlo = sampler.runner.sampling_chunk.experimental_get_compiler_ir(*calls[-1])(
+    def record(*args):  # the chunk's arguments; compiled once, below, for its HLO
+        raise Recorded(args)
+
+    sampler._chunk = record
+    with pytest.raises(Recorded) as call:
+        sampler.run(MemorySink(), tmp_path, _init(chains=2), progress=False)
+    hlo = sampler.runner.chunk.experimental_get_compiler_ir(*call.value.args[0])(
         stage="optimized_hlo"
     )
     depths = while_depths(hlo, r"fft_type=IRFFT")
