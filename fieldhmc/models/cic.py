@@ -43,10 +43,7 @@ from the same 8 gathers), and that of readout one paint plus the same gathers. T
 backward pass reuses the forward pass's corner indices and fractions (one int32 and
 three float fields of particles). Everything is TensorFlow (scatter with
 :func:`tf.tensor_scatter_nd_add`, gathers with :func:`tf.gather`), batched over a
-leading axis and XLA-compatible. With about a particle per cell (LPT), the 8 corners
-go as one row per particle's base cell into (out of) an 8-channel grid, shifted
-periodically per corner: XLA:CPU scatters and gathers element by element, and a row of
-8 costs about what one value does (:func:`_by_base_cell`).
+leading axis and XLA-compatible.
 
 References
 ----------
@@ -79,29 +76,21 @@ _CORNERS = tuple((e0, e1, e2) for e0 in (0, 1) for e1 in (0, 1) for e2 in (0, 1)
 
 
 def _corners(components: Sequence[tf.Tensor], grid_shape: Sequence[int]):
-    """Where the particles' 8 corner cells are, and the fractional offsets.
+    """Flat indices of the 8 corner cells and the fractional offsets.
 
-    ``components`` are 3 position arrays ``[batch, P]`` in cell units. Returns the 3
-    fractions :math:`f_a \\in [0, 1)` and the corner cells as flat indices (int32, batch
-    offset included, periodic wrap): ``[batch, P, 8]`` (corners in :data:`_CORNERS`
-    order) or, when :func:`_by_base_cell` (particles at least an eighth as many as the
-    cells), the base (lowest) corner's only, ``[batch, P]``.
+    ``components`` are 3 position arrays ``[batch, P]`` in cell units. Returns the flat
+    indices ``[batch, P, 8]`` (int32, batch offset included, periodic wrap, corners in
+    :data:`_CORNERS` order) and the 3 fractions :math:`f_a \\in [0, 1)`.
     """
     n0, n1, n2 = (int(n) for n in grid_shape)
     batch = tf.shape(components[0])[0]
     offset = tf.range(batch, dtype=tf.int32)[:, None] * (n0 * n1 * n2)
     fracs, pairs = [], []
-    by_base = _by_base_cell(components[0], grid_shape)
     for x, n, stride in zip(components, (n0, n1, n2), (n1 * n2, n2, 1), strict=True):
         base = tf.floor(x)
         fracs.append(x - base)
         i0 = tf.math.floormod(tf.cast(base, tf.int32), n)
-        if by_base:
-            pairs.append(i0 * stride)
-        else:
-            pairs.append(tf.stack([i0, tf.where(i0 + 1 == n, 0, i0 + 1)], -1) * stride)
-    if by_base:
-        return offset + pairs[0] + pairs[1] + pairs[2], fracs
+        pairs.append(tf.stack([i0, tf.where(i0 + 1 == n, 0, i0 + 1)], -1) * stride)
     index = (
         (offset[..., None] + pairs[0])[..., :, None, None]
         + pairs[1][..., None, :, None]
@@ -110,23 +99,10 @@ def _corners(components: Sequence[tf.Tensor], grid_shape: Sequence[int]):
     return tf.reshape(index, tf.concat([tf.shape(components[0]), [8]], 0)), fracs
 
 
-def _by_base_cell(x, grid_shape) -> bool:
-    """Whether :func:`_scatter` / :func:`_interpolate` go through the base cells: one
-    scatter (gather) of ``P`` rows of 8 corner values into (from) an 8-channel grid,
-    and 8 periodic shifts of the grid; instead of one of ``8 P`` single values. XLA:CPU
-    scatters and gathers element by element, and the rows cost about what single
-    values do: at 64³ with a particle per cell, a paint took 11 ms one way and 1.8 ms
-    the other (``benchmarks/README.md``). The shifts cost ``8`` grid passes, so only
-    when the particles are at least an eighth as many as the cells (or unknown)."""
-    p = x.shape[-1]
-    return p is None or 8 * int(p) >= int(np.prod(grid_shape))
-
-
 def _paint_flat(components, weights, grid_shape) -> tf.Tensor:
     """Forward paint without a custom gradient; returns ``[batch, n0, n1, n2]``.
 
-    One scatter of the ``8 P`` corner weights :math:`m_p W_c(x_p)` (or of ``P`` rows of
-    them, :func:`_by_base_cell`).
+    One scatter of the ``8 P`` corner weights :math:`m_p W_c(x_p)`.
     """
     index, fracs = _corners(components, grid_shape)
     return _scatter(index, fracs, weights, grid_shape)
@@ -142,24 +118,13 @@ def _scatter(index, fracs, weights, grid_shape) -> tf.Tensor:
     w1 = tf.stack([1.0 - f1, f1], -1)[..., None, :, None]
     w2 = tf.stack([1.0 - f2, f2], -1)[..., None, None, :]
     batch = tf.shape(index)[0]
-    shape = tf.concat([[batch], tf.constant(grid_shape, tf.int32)], 0)
     size = batch * int(grid_shape[0]) * int(grid_shape[1]) * int(grid_shape[2])
-    if index.shape.rank == 2:  # base cells: rows of 8 into 8 channels, then shifted
-        rows = tf.tensor_scatter_nd_add(
-            tf.zeros(tf.stack([size, 8]), f0.dtype),
-            tf.reshape(index, [-1, 1]),
-            tf.reshape(w0 * w1 * w2, [-1, 8]),
-        )
-        rows = tf.reshape(rows, tf.concat([shape, [8]], 0))
-        return tf.add_n(
-            [tf.roll(rows[..., c], shift=list(e), axis=[1, 2, 3]) for c, e in enumerate(_CORNERS)]
-        )
     out = tf.tensor_scatter_nd_add(
         tf.zeros(tf.reshape(size, [1]), f0.dtype),
         tf.reshape(index, [-1, 1]),
         tf.reshape(w0 * w1 * w2, [-1]),
     )
-    return tf.reshape(out, shape)
+    return tf.reshape(out, tf.concat([[batch], tf.constant(grid_shape, tf.int32)], 0))
 
 
 def _interpolate(field: tf.Tensor, index, fracs, *, with_positions: bool):
@@ -171,11 +136,7 @@ def _interpolate(field: tf.Tensor, index, fracs, *, with_positions: bool):
     by axis (minor axis first), which also gives the derivatives.
     """
     f0, f1, f2 = fracs
-    if index.shape.rank == 2:  # base cells: each cell's 8 corner values as a row
-        corners = [tf.roll(field, shift=[-e for e in c], axis=[1, 2, 3]) for c in _CORNERS]
-        g = tf.gather(tf.reshape(tf.stack(corners, -1), [-1, 8]), index)  # [batch, P, 8]
-    else:
-        g = tf.gather(tf.reshape(field, [-1]), index)  # [batch, P, 8]
+    g = tf.gather(tf.reshape(field, [-1]), index)  # [batch, P, 8]
     g = tf.reshape(g, tf.concat([tf.shape(f0), [2, 2, 2]], 0))
     lo, hi = g[..., 0], g[..., 1]  # [batch, P, 2, 2] over (e0, e1)
     a = lo + (hi - lo) * f2[..., None, None]

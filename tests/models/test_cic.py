@@ -8,19 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fieldhmc.models import cic, cic_paint, cic_readout
+from fieldhmc.models import cic_paint, cic_readout
 from fieldhmc.models.cic import _paint_flat, cic_deconvolve, cic_window, shift_to_sites
 
 SHAPES = [(8, 8, 8), (5, 6, 7)]
-
-
-@pytest.fixture(params=["per_corner", "base_cell"])
-def cic_path(request, monkeypatch):
-    """Both ways of scattering and gathering the corners (``cic._by_base_cell``: 8 P
-    single values, or P rows of 8 through an 8-channel grid), whatever the particle
-    count."""
-    monkeypatch.setattr(cic, "_by_base_cell", lambda x, shape: request.param == "base_cell")
-    return request.param
 
 
 def _positions(shape, batch=2, num=40, seed=0, dtype=np.float64):
@@ -44,7 +35,6 @@ def paint_np(pos, weights, shape):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.usefixtures("cic_path")
 def test_paint_matches_numpy_and_conserves_mass(shape):
     pos = _positions(shape)
     w = np.random.default_rng(1).uniform(0.5, 2.0, size=pos.shape[:2])
@@ -59,7 +49,6 @@ def test_paint_matches_numpy_and_conserves_mass(shape):
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
-@pytest.mark.usefixtures("cic_path")
 def test_readout_is_the_adjoint_of_paint(shape, dtype):
     """<paint(x, m), g> == <m, readout(g, x)> for random m, g."""
     tol = 1e-5 if dtype == tf.float32 else 1e-13
@@ -82,7 +71,6 @@ def _grads(fn, *xs):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.usefixtures("cic_path")
 def test_custom_gradients_equal_tensorflow_autodiff(shape):
     """Our registered gradients vs TF's own gradients of scatter/gather (float64)."""
     rng = np.random.default_rng(3)
@@ -114,7 +102,6 @@ def test_custom_gradients_equal_tensorflow_autodiff(shape):
     np.testing.assert_allclose(gp2.numpy(), ap2.numpy(), atol=1e-12)
 
 
-@pytest.mark.usefixtures("cic_path")
 def test_position_gradient_matches_finite_differences():
     """CIC is piecewise linear: central differences are exact away from cell faces."""
     shape = (5, 6, 7)
@@ -136,7 +123,6 @@ def test_position_gradient_matches_finite_differences():
         np.testing.assert_allclose(np.sum(grad.numpy() * v), fd, rtol=1e-7)
 
 
-@pytest.mark.usefixtures("cic_path")
 def test_paint_and_gradient_under_xla_equal_eager():
     shape = (8, 8, 8)
     pos = tf.constant(_positions(shape, dtype=np.float32))
