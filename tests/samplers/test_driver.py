@@ -646,9 +646,10 @@ def test_field_outputs_are_not_hoisted_out_of_their_loops(tmp_path):
     """The field outputs' work sits in loops of zero or one trips (``_loop_if``); XLA's
     loop-invariant code motion hoists what such a loop computes from its closure into
     the enclosing body, where it runs on every transition. The field reads the state
-    through ``pinned_to``: in the compiled post-warm-up chunk the field's transform is
-    inside a nested loop, and none is in the transition loop's body (the target has no
-    transform of its own). Fails with the state read from the closure."""
+    through ``pinned_to``: in the compiled chunk (one program for both phases) the
+    field's transform is inside a nested loop, and none is in the transition loop's body
+    (the target has no transform of its own). Fails with the state read from the
+    closure."""
     from tests.samplers.hlo_nesting import while_depths
 
     def field(x, h):  # one irfft per field, none in the target
