@@ -1187,7 +1187,16 @@ class _SamplerCommon(BaseModel):
         0.0, "Scale of Gaussian jitter added to the initial state (>= 0).", ge=0
     )
     seed: int = _count(0, "Sampler seed (>= 0).", ge=0)
-    chunk_size: int = _count(50, "Steps per compiled chunk between checkpoints (>= 1).", ge=1)
+    chunk_size: int = _count(
+        50, "Steps per compiled chunk: draws reach the outputs after each (>= 1).", ge=1
+    )
+    checkpoint_seconds: float = _finite(
+        30.0,
+        "Seconds of sampling between checkpoints (>= 0; 0: after every chunk). A checkpoint "
+        "follows the first chunk, the chunk that ends warm-up and the last; a killed run "
+        "resumes from its last checkpoint, replaying at most this much sampling.",
+        ge=0,
+    )
     thin: int = _count(1, "Keep every thin-th draw (>= 1).", ge=1)
 
     @property

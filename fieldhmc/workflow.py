@@ -364,6 +364,7 @@ def _settings(config: cfg.Config, num_results: int | None = None):
         adapt_diagonal=s.preconditioner in ("diagonal", "dense_params"),
         adapt_dense_params=s.preconditioner == "dense_params",
         chunk_size=s.chunk_size,
+        checkpoint_seconds=s.checkpoint_seconds,
         thin=s.thin,
         field_thin=config.outputs.field_thin,
         seed=s.seed,
@@ -1123,7 +1124,7 @@ def _distribution_note(config: cfg.Config) -> dict:
             "field_statistics": "per draw on the mesh with the sharded rfft3d (power, "
             "tracked modes, running mean/variance); stored draws gathered to the host",
             "checkpoint": "state, gradient and field moments gathered to host NumPy "
-            "after every chunk, re-sharded on resume",
+            "at every checkpoint, re-sharded on resume",
             "sampler": config.sampler.sampler_kind.mesh_description(config.sampler),
         }
     }

@@ -538,7 +538,7 @@ class MeshChunkRunner:
     on a DTensor mesh.
 
     :meth:`~fieldhmc.samplers.driver.Sampler.run` is the driver's own (chunks,
-    checkpoint after every chunk, resume, trace and field sinks, progress,
+    checkpoints, resume, trace and field sinks, progress,
     TensorBoard); the state lives on the mesh (:class:`_ShardedCarry`), a chunk loops
     over one compiled transition (module docs), and the log density is carried in
     float64, so the driver's re-centring offset is bookkeeping only. Checkpoints hold

@@ -241,6 +241,49 @@ def test_resume_truncates_draws_written_after_the_checkpoint(tmp_path):
         np.testing.assert_array_equal(t_full[name], t_res[name])
 
 
+class _DyingSink(H5TraceSink):
+    """Dies (as a killed process would) on its ``die_at``-th trace append."""
+
+    def __init__(self, path, die_at):
+        super().__init__(path)
+        self.appends, self.die_at = 0, die_at
+
+    def append(self, traces):
+        self.appends += 1
+        if self.appends == self.die_at:
+            raise KeyboardInterrupt
+        super().append(traces)
+
+
+def test_checkpoints_every_checkpoint_seconds_and_a_kill_between_them_resumes(
+    tmp_path, monkeypatch
+):
+    """With checkpoint_seconds longer than the run, checkpoints follow the first chunk,
+    the end of warm-up and the last chunk only; a run killed two sampling chunks after
+    its last checkpoint (draws on disk past it) resumes to the uninterrupted draws."""
+    kw = dict(kind="hmc", seed=9, adapt_diagonal=True, num_burnin_steps=120, num_results=120)
+    _, full = _run_traces(tmp_path / "full", seed=9, sampler=_sampler(**kw, chunk_size=40))
+    written = []
+    real = Sampler._checkpoint
+    monkeypatch.setattr(
+        Sampler, "_checkpoint", lambda self, d, rs: (written.append(rs.step), real(self, d, rs))
+    )
+    sparse = dict(kw, chunk_size=40, checkpoint_seconds=1e6)
+    _, whole = _run_traces(tmp_path / "sparse", seed=9, sampler=_sampler(**sparse))
+    assert written == [18, 120, 240]  # first chunk, end of warm-up, last
+    for a, b in zip(full.latent_state, whole.latent_state, strict=True):
+        assert a.tobytes() == b.tobytes()  # the cadence changes no draw
+    written.clear()
+    sink = _DyingSink(tmp_path / "killed" / "traces.h5", die_at=3)  # the chunk 200-240
+    with pytest.raises(KeyboardInterrupt):
+        _sampler(**sparse).run(sink, tmp_path / "killed" / "checkpoint", _init(), progress=False)
+    assert written == [18, 120]  # the chunk 160-200's draws are on disk, unrecorded
+    assert len(read_traces(tmp_path / "killed" / "traces.h5")["lp"]) == 80
+    _, resumed = _run_traces(tmp_path / "killed", seed=9, resume=True, sampler=_sampler(**sparse))
+    assert written == [18, 120, 160, 240]  # and the resumed process's first chunk
+    _assert_bit_identical(tmp_path, full, resumed)
+
+
 def test_metric_is_in_use():
     """With the exact metric, the whitened dynamics do not depend on the scales: one
     HMC step on N(0, diag(SD^2)) equals one step on N(0, I) scaled by SD."""
