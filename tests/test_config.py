@@ -817,6 +817,18 @@ _MALFORMED: list[tuple[str, dict[str, Any], str, str]] = [
     ("results-bool", _with(sampler__num_results=True), "sampler.num_results", "got true"),
     ("thin-zero", _with(sampler__thin=0), "sampler.thin", ">= 1"),
     ("chunk-zero", _with(sampler__chunk_size=0), "sampler.chunk_size", ">= 1"),
+    (
+        "checkpoint-seconds-negative",
+        _with(sampler__checkpoint_seconds=-1.0),
+        "sampler.checkpoint_seconds",
+        ">= 0",
+    ),
+    (
+        "checkpoint-seconds-nan",
+        _with(sampler__checkpoint_seconds=float("nan")),
+        "sampler.checkpoint_seconds",
+        "finite",
+    ),
     ("preconditioner", _with(sampler__preconditioner="full"), "sampler.preconditioner", "'full'"),
     ("init-kind", _with(sampler__init="random"), "sampler.init", "'random'"),
     ("init-jitter-negative", _with(sampler__init_jitter=-0.1), "sampler.init_jitter", ">= 0"),
