@@ -517,6 +517,29 @@ class ChunkRunner(Protocol):
     fresh_state: Callable
 
 
+class _ConcreteCall:
+    """A ``tf.function`` called through its concrete function for the arguments' shapes
+    and dtypes: the polymorphic call matches its signature on every call (~0.4 ms, ~1%
+    of a 50-transition mclmc chunk at 16³). Other attributes are the function's."""
+
+    def __init__(self, function):
+        self.function = function
+        self._key = self._concrete = None
+
+    def __call__(self, *args):
+        flat = tf.nest.flatten(args)
+        if not all(isinstance(t, tf.Tensor) for t in flat):
+            return self.function(*args)  # Python values are part of a trace's signature
+        key = tuple((tuple(t.shape), t.dtype) for t in flat)
+        if key != self._key:
+            self._concrete = self.function.get_concrete_function(*args)
+            self._key = key
+        return self._concrete(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.function, name)
+
+
 class XlaChunkRunner:
     """The single-device runner: each piece ``tf.function(jit_compile=True)``-compiled
     once, the carried state in ``tf.Variable`` s the compiled chunk updates in place.
@@ -537,14 +560,15 @@ class XlaChunkRunner:
         # gradients register there is dropped, so that the traced graphs -- with the
         # carried variables and the model's captured constants -- die with the sampler
         # (TF leaks them otherwise: fieldhmc.ops.gradient_registry).
-        compile_fn = functools.partial(tf.function, jit_compile=True, autograph=False)
-        self.lp64 = compile_fn(releases_custom_gradients(lp64_fn))
-        self.bootstrap = compile_fn(releases_custom_gradients(bootstrap_fn))
-        self.chunk = compile_fn(releases_custom_gradients(chunk_fn))
+        def compile_fn(fn):
+            compiled = tf.function(releases_custom_gradients(fn), jit_compile=True, autograph=False)
+            return _ConcreteCall(compiled)
+
+        self.lp64 = compile_fn(lp64_fn)
+        self.bootstrap = compile_fn(bootstrap_fn)
+        self.chunk = compile_fn(chunk_fn)
         self.sampling_chunk = (
-            self.chunk
-            if sampling_chunk_fn is None
-            else compile_fn(releases_custom_gradients(sampling_chunk_fn))
+            self.chunk if sampling_chunk_fn is None else compile_fn(sampling_chunk_fn)
         )
         self.fresh_state = fresh_state_fn
         self.carry = _Carry()

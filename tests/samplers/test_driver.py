@@ -17,6 +17,7 @@ from fieldhmc.samplers.driver import (
     FieldOutputs,
     Sampler,
     SamplerSettings,
+    _ConcreteCall,
     _welford_update,
     _zero_welford,
     adaptation_windows,
@@ -665,6 +666,23 @@ def _assert_same_bytes(sink, summary, other_sink, other_summary):
         np.testing.assert_array_equal(p, q)
     np.testing.assert_array_equal(summary.field_mean, other_summary.field_mean)
     np.testing.assert_array_equal(summary.field_var, other_summary.field_var)
+
+
+def test_concrete_call_follows_the_arguments_shapes():
+    """The chunk's dispatcher calls one concrete function per argument shapes and
+    dtypes, and the polymorphic function for Python values."""
+    call = _ConcreteCall(tf.function(lambda x, ys: x * tf.add_n(ys), autograph=False))
+    np.testing.assert_array_equal(call(tf.fill([2], 3.0), [tf.fill([2], 2.0)]), [6.0, 6.0])
+    first = call._concrete
+    np.testing.assert_array_equal(call(tf.fill([2], 1.0), [tf.fill([2], 5.0)]), [5.0, 5.0])
+    assert call._concrete is first and call.experimental_get_tracing_count() == 1
+    np.testing.assert_array_equal(call(tf.ones([3]), [tf.ones([3])]), np.ones(3))
+    assert call._concrete is not first and call.experimental_get_tracing_count() == 2
+    np.testing.assert_array_equal(
+        call(tf.ones([2], tf.float64), [tf.ones([2], tf.float64)]), [1, 1]
+    )
+    assert call.experimental_get_tracing_count() == 3
+    np.testing.assert_array_equal(call(tf.ones([2]), [2.0]), [2.0, 2.0])  # a Python value
 
 
 def test_separate_sampling_program_rule():
