@@ -24,7 +24,7 @@ run: $(STAMP)
 # longest files first (tests/conftest.py).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow
