@@ -1194,7 +1194,7 @@ class _SamplerCommon(BaseModel):
         30.0,
         "Seconds of sampling between checkpoints (>= 0; 0: after every chunk). A checkpoint "
         "follows the first chunk, the chunk that ends warm-up and the last; a killed run "
-        "resumes from its last checkpoint, replaying at most this much sampling.",
+        "resumes from its last checkpoint, replaying up to this much sampling and a chunk.",
         ge=0,
     )
     thin: int = _count(1, "Keep every thin-th draw (>= 1).", ge=1)

@@ -1328,7 +1328,7 @@ class Sampler:
             chunks_done += 1
             # Resume truncates the sink to the checkpoint's counts and replays the same
             # draws (seeds fold in the step), so chunks between checkpoints are safe to
-            # skip: a kill loses at most checkpoint_seconds of sampling.
+            # skip: a kill loses up to checkpoint_seconds of sampling and a chunk.
             now = time.perf_counter()
             if (
                 last_checkpoint is None  # the first chunk: a killed run can always resume
