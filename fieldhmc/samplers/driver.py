@@ -41,7 +41,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -515,6 +517,30 @@ class ChunkRunner(Protocol):
     chunk: Callable
     scales_tensors: Callable
     fresh_state: Callable
+
+
+class _InterruptAtChunkEnd:
+    """While :meth:`Sampler.run` runs in the main thread, a first SIGINT (Ctrl-C) is
+    held until the chunk under way ends, is checkpointed, and run raises
+    ``KeyboardInterrupt`` there: nothing sampled is lost to ``checkpoint_seconds``, and
+    no checkpoint is taken between a chunk's state update and its bookkeeping. A second
+    SIGINT raises at once (the last checkpoint on disk stays consistent)."""
+
+    def __init__(self):
+        self.pending = False
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.pending:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
 
 
 class _ConcreteCall:
@@ -1275,78 +1301,88 @@ class Sampler:
         chunks_done = 0
         t0 = time.perf_counter()
         last_checkpoint = None  # perf_counter of this process's last checkpoint
-        while rs.step < rs.num_burnin + s.num_results:
-            if max_chunks is not None and chunks_done >= max_chunks:
-                break
-            stop = next(b for b in bounds if b > rs.step)
-            # A window's metric update happens right before the chunk starting at its
-            # end; checkpoints are written after chunks, so a resumed run does it too.
-            if s.adapt_diagonal and rs.step in window_ends:
-                self._update_metric(rs)
-            if s.adapt_diagonal and rs.step in window_starts:
-                self._carry.load(lw=self._zero_welford_latent(self._carry.numpy("x")))
-            # Re-centre the float64 offset on the chunk's starting point (the chunk
-            # shifts the carried log densities by the change).
-            new_ref = self._lp64(self._carry.read("x")).numpy()
-            delta = tf.constant(rs.reference - new_ref)
-            rs.reference = new_ref
-            chunk_start = time.perf_counter()
-            # chunks never straddle the end of warm-up (it is a chunk bound)
-            warming = rs.step < rs.num_burnin
-            chunk = self._chunk if warming else self._sampling_chunk
-            bufs, field_buf, nfields = chunk(
-                self._scale_tensors(rs),
-                tf.constant(rs.reference),
-                delta,
-                seed,
-                tf.constant(rs.step, tf.int32),
-                tf.constant(stop - rs.step, tf.int32),
-                tf.constant(rs.num_burnin, tf.int32),
-            )
-            if warming and self._stops_warmup_early:
-                # The chunk ended where the tuner converged: sampling starts there.
-                end = int(s.sampler_kind.warmup_end(self._carry.read("results")))
-                if end >= 0:
-                    stop = rs.num_burnin = end
-                    bounds = _chunk_bounds(s, self._field_slots, end)
+        interrupt = _InterruptAtChunkEnd()
+        try:
+            while rs.step < rs.num_burnin + s.num_results:
+                if max_chunks is not None and chunks_done >= max_chunks:
+                    break
+                stop = next(b for b in bounds if b > rs.step)
+                # A window's metric update happens right before the chunk starting at its
+                # end; checkpoints are written after chunks, so a resumed run does it too.
+                if s.adapt_diagonal and rs.step in window_ends:
+                    self._update_metric(rs)
+                if s.adapt_diagonal and rs.step in window_starts:
+                    self._carry.load(lw=self._zero_welford_latent(self._carry.numpy("x")))
+                # Re-centre the float64 offset on the chunk's starting point (the chunk
+                # shifts the carried log densities by the change).
+                new_ref = self._lp64(self._carry.read("x")).numpy()
+                delta = tf.constant(rs.reference - new_ref)
+                rs.reference = new_ref
+                chunk_start = time.perf_counter()
+                # chunks never straddle the end of warm-up (it is a chunk bound)
+                warming = rs.step < rs.num_burnin
+                chunk = self._chunk if warming else self._sampling_chunk
+                bufs, field_buf, nfields = chunk(
+                    self._scale_tensors(rs),
+                    tf.constant(rs.reference),
+                    delta,
+                    seed,
+                    tf.constant(rs.step, tf.int32),
+                    tf.constant(stop - rs.step, tf.int32),
+                    tf.constant(rs.num_burnin, tf.int32),
+                )
+                if warming and self._stops_warmup_early:
+                    # The chunk ended where the tuner converged: sampling starts there.
+                    end = int(s.sampler_kind.warmup_end(self._carry.read("results")))
+                    if end >= 0:
+                        stop = rs.num_burnin = end
+                        bounds = _chunk_bounds(s, self._field_slots, end)
+                        if bar is not None:
+                            bar.total = end + s.num_results
+                n = stop - rs.step
+                traces = {name: buf.numpy()[:n] for name, buf in bufs.items()}
+                if not warming and self._sampling_chunk_ran:
+                    # compute time of pure sampling chunks, after the one that compiled them
+                    rs.sampling_seconds += time.perf_counter() - chunk_start
+                    # Batched evaluations: all chains step until the longest trajectory ends.
+                    rs.sampling_gradients += int(traces["n_steps"].max(axis=1).sum())
+                self._sampling_chunk_ran |= chunk is self._sampling_chunk
+                rs.gradient_evaluations += int(traces["n_steps"].sum())  # summed over chains
+                if warming:  # chunks never straddle the end of warm-up
+                    rs.warmup_gradient_evaluations += int(traces["n_steps"].sum())
+                self._emit(sink, rs, traces, field_buf, int(nfields), stop)
+                del field_buf
+                rs.step = stop
+                chunks_done += 1
+                # Resume truncates the sink to the checkpoint's counts and replays the same
+                # draws (seeds fold in the step), so chunks between checkpoints are safe to
+                # skip: a kill loses up to checkpoint_seconds of sampling and a chunk.
+                now = time.perf_counter()
+                interrupted = interrupt.pending  # a later SIGINT waits for the next chunk
+                if (
+                    last_checkpoint is None  # the first chunk: a killed run can always resume
+                    or now - last_checkpoint >= s.checkpoint_seconds
+                    or rs.step == rs.num_burnin
+                    or rs.step >= rs.num_burnin + s.num_results
+                    or (max_chunks is not None and chunks_done >= max_chunks)
+                    or interrupted
+                ):
+                    self._checkpoint(checkpoint_dir, rs)
+                    last_checkpoint = time.perf_counter()
+                if interrupted:  # Ctrl-C: the run stops at this chunk's checkpoint
                     if bar is not None:
-                        bar.total = end + s.num_results
-            n = stop - rs.step
-            traces = {name: buf.numpy()[:n] for name, buf in bufs.items()}
-            if not warming and self._sampling_chunk_ran:
-                # compute time of pure sampling chunks, after the one that compiled them
-                rs.sampling_seconds += time.perf_counter() - chunk_start
-                # Batched evaluations: all chains step until the longest trajectory ends.
-                rs.sampling_gradients += int(traces["n_steps"].max(axis=1).sum())
-            self._sampling_chunk_ran |= chunk is self._sampling_chunk
-            rs.gradient_evaluations += int(traces["n_steps"].sum())  # summed over chains
-            if warming:  # chunks never straddle the end of warm-up
-                rs.warmup_gradient_evaluations += int(traces["n_steps"].sum())
-            self._emit(sink, rs, traces, field_buf, int(nfields), stop)
-            del field_buf
-            rs.step = stop
-            chunks_done += 1
-            # Resume truncates the sink to the checkpoint's counts and replays the same
-            # draws (seeds fold in the step), so chunks between checkpoints are safe to
-            # skip: a kill loses up to checkpoint_seconds of sampling and a chunk.
-            now = time.perf_counter()
-            if (
-                last_checkpoint is None  # the first chunk: a killed run can always resume
-                or now - last_checkpoint >= s.checkpoint_seconds
-                or rs.step == rs.num_burnin
-                or rs.step >= rs.num_burnin + s.num_results
-                or (max_chunks is not None and chunks_done >= max_chunks)
-            ):
-                self._checkpoint(checkpoint_dir, rs)
-                last_checkpoint = time.perf_counter()
-            msg = _report(bar, traces, n, rs, s, t0)
-            if writer is not None:
-                with writer.as_default(step=rs.step):
-                    for name, value in msg.items():
-                        if name != "phase":
-                            tf.summary.scalar(name, value)
-                    tf.summary.scalar("lp", float(np.mean(traces["lp"][-1])))
-                writer.flush()
+                        bar.close()
+                    raise KeyboardInterrupt
+                msg = _report(bar, traces, n, rs, s, t0)
+                if writer is not None:
+                    with writer.as_default(step=rs.step):
+                        for name, value in msg.items():
+                            if name != "phase":
+                                tf.summary.scalar(name, value)
+                        tf.summary.scalar("lp", float(np.mean(traces["lp"][-1])))
+                    writer.flush()
+        finally:
+            interrupt.restore()
         if bar is not None:
             bar.close()
         return RunResult(**self._summary(rs))

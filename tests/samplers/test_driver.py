@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import signal
 import weakref
 from pathlib import Path
 
@@ -288,6 +289,43 @@ def test_checkpoints_every_checkpoint_seconds_and_a_kill_between_them_resumes(
     # A fresh sampler resumes, as a new process would.
     _, resumed = _run_traces(tmp_path / "killed", seed=9, resume=True, sampler=_sampler(**settings))
     assert written == [18, 120, 160, 240]  # and the resumed process's first chunk
+    _assert_bit_identical(tmp_path, full, resumed)
+
+
+class _CtrlCSink(H5TraceSink):
+    """Sends this process SIGINT (Ctrl-C) during its ``at``-th trace append."""
+
+    def __init__(self, path, at):
+        super().__init__(path)
+        self.appends, self.at = 0, at
+
+    def append(self, traces):
+        self.appends += 1
+        if self.appends == self.at:
+            signal.raise_signal(signal.SIGINT)
+        super().append(traces)
+
+
+def test_ctrl_c_stops_at_the_chunks_end_with_a_checkpoint(tmp_path, monkeypatch):
+    """SIGINT during a chunk's bookkeeping is held until the chunk is checkpointed
+    (whatever checkpoint_seconds says); then run raises KeyboardInterrupt, restores the
+    handler, and a resumed run reproduces the uninterrupted one."""
+    settings = dict(kind="hmc", seed=10, num_burnin_steps=40, num_results=120, chunk_size=40)
+    _, full = _run_traces(tmp_path / "full", seed=10, sampler=_sampler(**settings))
+    written = []
+    real = Sampler._checkpoint
+    monkeypatch.setattr(
+        Sampler, "_checkpoint", lambda self, d, rs: (written.append(rs.step), real(self, d, rs))
+    )
+    sampler = _sampler(**settings, checkpoint_seconds=1e6)
+    sink = _CtrlCSink(tmp_path / "killed" / "traces.h5", at=2)  # the chunk 80-120
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        sampler.run(sink, tmp_path / "killed" / "checkpoint", _init(), progress=False)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert written == [40, 120]  # the end of warm-up (also the first chunk), then Ctrl-C
+    assert len(read_traces(tmp_path / "killed" / "traces.h5")["lp"]) == 80
+    _, resumed = _run_traces(tmp_path / "killed", seed=10, resume=True, sampler=sampler)
     _assert_bit_identical(tmp_path, full, resumed)
 
 
