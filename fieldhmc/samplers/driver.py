@@ -1246,8 +1246,9 @@ class Sampler:
             Receives post-warm-up traces (every ``thin``-th draw) and thinned fields.
         checkpoint_dir : Path
             Written after the first chunk, then after a chunk once
-            ``settings.checkpoint_seconds`` have passed, at the end of warm-up and after
-            the last chunk (or the ``max_chunks``-th); read when ``resume``.
+            ``settings.checkpoint_seconds`` have passed, at the end of warm-up, after
+            the last chunk (or the ``max_chunks``-th) and at a Ctrl-C (which ends the run
+            at the chunk's end: :class:`_InterruptAtChunkEnd`); read when ``resume``.
         init_state : iterable of array, optional
             ``[chains, ...]`` per part; required unless ``resume``. Pass an iterator
             (e.g. a generator) to keep no second copy of the initial state alive
