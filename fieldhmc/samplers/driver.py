@@ -529,7 +529,10 @@ class _InterruptAtChunkEnd:
     def __init__(self):
         self.pending = False
         self._previous = None
-        if threading.current_thread() is threading.main_thread():
+        # Only where Ctrl-C would raise KeyboardInterrupt anywhere (not in worker threads,
+        # nor where a caller ignores or handles SIGINT itself)
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             self._previous = signal.signal(signal.SIGINT, self._handle)
 
     def _handle(self, signum, frame):

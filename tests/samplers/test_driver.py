@@ -279,12 +279,12 @@ def test_checkpoints_every_checkpoint_seconds_and_a_kill_between_them_resumes(
     )
     sampler = _sampler(**settings)
     _, full = _run_traces(tmp_path / "full", seed=9, sampler=sampler)
-    assert written == [18, 120, 240]  # first chunk, end of warm-up, last (every chunk: 9)
+    assert written == [18, 120, 240]  # first chunk, end of warm-up, last (every chunk: 8)
     written.clear()
     sink = _DyingSink(tmp_path / "killed" / "traces.h5", die_at=3)  # the chunk 200-240
     with pytest.raises(KeyboardInterrupt):
         sampler.run(sink, tmp_path / "killed" / "checkpoint", _init(), progress=False)
-    assert written == [18, 120]  # the chunk 160-200's draws are on disk, unrecorded
+    assert written == [18, 120]  # chunks 120-200's draws are on disk, past it
     assert len(read_traces(tmp_path / "killed" / "traces.h5")["lp"]) == 80
     # A fresh sampler resumes, as a new process would.
     _, resumed = _run_traces(tmp_path / "killed", seed=9, resume=True, sampler=_sampler(**settings))
