@@ -319,10 +319,14 @@ def test_ctrl_c_stops_at_the_chunks_end_with_a_checkpoint(tmp_path, monkeypatch)
     )
     sampler = _sampler(**settings, checkpoint_seconds=1e6)
     sink = _CtrlCSink(tmp_path / "killed" / "traces.h5", at=2)  # the chunk 80-120
-    before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt):
-        sampler.run(sink, tmp_path / "killed" / "checkpoint", _init(), progress=False)
-    assert signal.getsignal(signal.SIGINT) is before
+    # Python's own handler, as in a terminal (a background job inherits SIGINT ignored)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sampler.run(sink, tmp_path / "killed" / "checkpoint", _init(), progress=False)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert written == [40, 120]  # the end of warm-up (also the first chunk), then Ctrl-C
     assert len(read_traces(tmp_path / "killed" / "traces.h5")["lp"]) == 80
     _, resumed = _run_traces(tmp_path / "killed", seed=10, resume=True, sampler=sampler)
