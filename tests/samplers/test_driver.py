@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import signal
 import weakref
@@ -243,18 +244,32 @@ def test_resume_truncates_draws_written_after_the_checkpoint(tmp_path):
         np.testing.assert_array_equal(t_full[name], t_res[name])
 
 
-class _DyingSink(H5TraceSink):
-    """Dies (as a killed process would) on its ``die_at``-th trace append."""
+class _SinkActingAt(H5TraceSink):
+    """Calls ``action()`` during its ``at``-th trace append (before it writes)."""
 
-    def __init__(self, path, die_at):
+    def __init__(self, path, at, action):
         super().__init__(path)
-        self.appends, self.die_at = 0, die_at
+        self.appends, self.at, self.action = 0, at, action
 
     def append(self, traces):
         self.appends += 1
-        if self.appends == self.die_at:
-            raise KeyboardInterrupt
+        if self.appends == self.at:
+            self.action()
         super().append(traces)
+
+
+def _die():
+    raise KeyboardInterrupt  # as a killed process would
+
+
+def _record_checkpoints(monkeypatch) -> list:
+    """The steps at which Sampler writes its checkpoints, in order, from now on."""
+    written = []
+    real = Sampler._checkpoint
+    monkeypatch.setattr(
+        Sampler, "_checkpoint", lambda self, d, rs: (written.append(rs.step), real(self, d, rs))
+    )
+    return written
 
 
 def test_checkpoints_every_checkpoint_seconds_and_a_kill_between_them_resumes(
@@ -272,16 +287,12 @@ def test_checkpoints_every_checkpoint_seconds_and_a_kill_between_them_resumes(
         chunk_size=40,
         checkpoint_seconds=1e6,
     )
-    written = []
-    real = Sampler._checkpoint
-    monkeypatch.setattr(
-        Sampler, "_checkpoint", lambda self, d, rs: (written.append(rs.step), real(self, d, rs))
-    )
+    written = _record_checkpoints(monkeypatch)
     sampler = _sampler(**settings)
     _, full = _run_traces(tmp_path / "full", seed=9, sampler=sampler)
     assert written == [18, 120, 240]  # first chunk, end of warm-up, last (every chunk: 8)
     written.clear()
-    sink = _DyingSink(tmp_path / "killed" / "traces.h5", die_at=3)  # the chunk 200-240
+    sink = _SinkActingAt(tmp_path / "killed" / "traces.h5", 3, _die)  # the chunk 200-240
     with pytest.raises(KeyboardInterrupt):
         sampler.run(sink, tmp_path / "killed" / "checkpoint", _init(), progress=False)
     assert written == [18, 120]  # chunks 120-200's draws are on disk, past it
@@ -292,33 +303,16 @@ def test_checkpoints_every_checkpoint_seconds_and_a_kill_between_them_resumes(
     _assert_bit_identical(tmp_path, full, resumed)
 
 
-class _CtrlCSink(H5TraceSink):
-    """Sends this process SIGINT (Ctrl-C) during its ``at``-th trace append."""
-
-    def __init__(self, path, at):
-        super().__init__(path)
-        self.appends, self.at = 0, at
-
-    def append(self, traces):
-        self.appends += 1
-        if self.appends == self.at:
-            signal.raise_signal(signal.SIGINT)
-        super().append(traces)
-
-
 def test_ctrl_c_stops_at_the_chunks_end_with_a_checkpoint(tmp_path, monkeypatch):
     """SIGINT during a chunk's bookkeeping is held until the chunk is checkpointed
     (whatever checkpoint_seconds says); then run raises KeyboardInterrupt, restores the
     handler, and a resumed run reproduces the uninterrupted one."""
     settings = dict(kind="hmc", seed=10, num_burnin_steps=40, num_results=120, chunk_size=40)
     _, full = _run_traces(tmp_path / "full", seed=10, sampler=_sampler(**settings))
-    written = []
-    real = Sampler._checkpoint
-    monkeypatch.setattr(
-        Sampler, "_checkpoint", lambda self, d, rs: (written.append(rs.step), real(self, d, rs))
-    )
+    written = _record_checkpoints(monkeypatch)
     sampler = _sampler(**settings, checkpoint_seconds=1e6)
-    sink = _CtrlCSink(tmp_path / "killed" / "traces.h5", at=2)  # the chunk 80-120
+    ctrl_c = functools.partial(signal.raise_signal, signal.SIGINT)
+    sink = _SinkActingAt(tmp_path / "killed" / "traces.h5", 2, ctrl_c)  # the chunk 80-120
     # Python's own handler, as in a terminal (a background job inherits SIGINT ignored)
     inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
