@@ -842,30 +842,35 @@ class Sampler:
         fo = self.field_outputs if phase != "warmup" else None
         scalar_idx = [i for i, u in enumerate(u_parts) if u.shape.rank == 1]
 
-        bufs = {
-            name: tf.zeros(
-                [k, chains],
+        # Every per-draw trace goes in one float64 buffer [k, chains, columns], one
+        # dynamic-update-slice per transition (one per trace was ~13 small XLA thunks
+        # per transition, most of mclmc's per-transition bookkeeping at 16³), and is cut
+        # into named traces of their own dtypes after the loop: exact, as the booleans
+        # and int32 counts are exact in float64. layout: (name, dtype, columns or None
+        # for a [k, chains] trace).
+        layout = [
+            (
+                name,
                 tf.bool
                 if name in ("is_accepted", "diverging")
                 else tf.int32
                 if name in ("n_steps", "tree_depth")
                 else tf.float64,
+                None,
             )
             for name in STAT_NAMES
-        }
-        for i in scalar_idx:
-            bufs[self.part_names[i]] = tf.zeros([k, chains], tf.float64)
+        ]
+        layout += [(self.part_names[i], tf.float64, None) for i in scalar_idx]
         carried = {}  # what else the loop carries: field outputs, or the latent moments
         if fo is not None:
             x0 = to_x(u_parts)
             x_shape = fo.field_fn(*x0).shape[1:]
             probe = fo.spectral_input(lambda: fo.field_fn(*x0), lambda: x0)
             nbins = fo.power_fn(probe).shape[-1]
-            bufs["power"] = tf.zeros([k, chains, nbins], tf.float64)
+            layout.append(("power", tf.float64, nbins))
             if fo.tracked_fn is not None:
                 ntr = fo.tracked_fn(probe).shape[-1]
-                bufs["tracked_real"] = tf.zeros([k, chains, ntr], tf.float64)
-                bufs["tracked_imag"] = tf.zeros([k, chains, ntr], tf.float64)
+                layout += [("tracked_real", tf.float64, ntr), ("tracked_imag", tf.float64, ntr)]
             nslots = self._field_slots or math.ceil(k / s.field_thin)
             carried["fw"] = carry.read("fw")
             if fo.store_fields:
@@ -873,6 +878,8 @@ class Sampler:
                 carried["nfields"] = tf.constant(0)
         if phase != "sampling" and s.adapt_diagonal:
             carried["lw"] = carry.read("lw")
+        columns = sum(w or 1 for _, _, w in layout)
+        trace = tf.zeros([k, chains, columns], tf.float64)
         dense_idx = self._dense_idx
         stats_every = field_stats_every(s, fo is not None and fo.store_fields)
 
@@ -882,7 +889,7 @@ class Sampler:
             start = tf.concat([[i], tf.zeros([buf.shape.rank - 1], tf.int32)], 0)
             return xla.dynamic_update_slice(buf, tf.cast(value, buf.dtype)[None], start)
 
-        def body(i, u, res, bufs, carried):
+        def body(i, u, res, trace, carried):
             step = start + i
             step_seed = tf.random.experimental.stateless_fold_in(seed, step)
             lp_prev = s.sampler_kind.target_log_prob_of(res)
@@ -890,7 +897,7 @@ class Sampler:
             u, res = kernel.one_step(u, expand_results(res), seed=step_seed)
             st = s.sampler_kind.step_stats(res, lp_prev)
             res = slim_results(res)
-            bufs, carried = dict(bufs), dict(carried)
+            carried = dict(carried)
             values = {
                 "lp": tf.cast(st.target_log_prob, tf.float64) + reference,
                 "acceptance_rate": st.acceptance_rate,
@@ -942,9 +949,9 @@ class Sampler:
                     return out
 
                 def no_field_stats():
-                    out = [tf.zeros_like(bufs["power"][0])]
+                    out = [tf.zeros([chains, nbins], tf.float64)]
                     if fo.tracked_fn is not None:
-                        out += [tf.zeros_like(bufs["tracked_real"][0])] * 2
+                        out += [tf.zeros([chains, ntr], tf.float64)] * 2
                     return out
 
                 def traced(predicate):
@@ -1014,9 +1021,16 @@ class Sampler:
                     carried["lw"] = _loop_if(step < num_burnin, latent_moments, carried["lw"], (u,))
                 else:
                     carried["lw"] = latent_moments()
-            for name, value in values.items():
-                bufs[name] = write(bufs[name], i, value)
-            return i + 1, u, res, bufs, carried
+            # The row as a sum of zero-padded columns, which XLA fuses into one loop (a
+            # concatenate of these many operands stays a thunk of its own, each operand
+            # converted by another); adding zeros leaves every value's bits.
+            row, col = [], 0
+            for name, _, w in layout:
+                value = tf.reshape(tf.cast(values[name], tf.float64), [chains, w or 1])
+                row.append(tf.pad(value, [[0, 0], [col, columns - col - (w or 1)]]))
+                col += w or 1
+            trace = write(trace, i, tf.add_n(row))
+            return i + 1, u, res, trace, carried
 
         early = self._stops_warmup_early and phase != "sampling"
 
@@ -1027,12 +1041,17 @@ class Sampler:
             finished = s.sampler_kind.warmup_end(res) >= 0
             return (i < num_steps) & ~(finished & (start < num_burnin))
 
-        _, u_parts, results, bufs, carried = tf.while_loop(
+        _, u_parts, results, trace, carried = tf.while_loop(
             going,
             body,
-            (tf.constant(0), list(u_parts), results, bufs, carried),
+            (tf.constant(0), list(u_parts), results, trace, carried),
             maximum_iterations=k,
         )
+        bufs, col = {}, 0
+        for name, dt, w in layout:
+            piece = trace[:, :, col : col + (w or 1)]
+            bufs[name] = tf.cast(piece if w else piece[:, :, 0], dt)
+            col += w or 1
         carry.assign("x", to_x(u_parts))
         carry.assign("results", results)
         for name in ("fw", "lw"):
