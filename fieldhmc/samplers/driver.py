@@ -843,11 +843,11 @@ class Sampler:
         scalar_idx = [i for i, u in enumerate(u_parts) if u.shape.rank == 1]
 
         # Every per-draw trace goes in one float64 buffer [k, chains, columns], one
-        # dynamic-update-slice per transition (one per trace was ~13 small XLA thunks
-        # per transition, most of mclmc's per-transition bookkeeping at 16³), and is cut
-        # into named traces of their own dtypes after the loop: exact, as the booleans
-        # and int32 counts are exact in float64. layout: (name, dtype, columns or None
-        # for a [k, chains] trace).
+        # dynamic-update-slice per transition (one per trace was ~12 small XLA thunks
+        # per transition, a few % of mclmc's transition at 16³), and is cut into named
+        # traces of their own dtypes after the loop: exact, as the booleans and int32
+        # counts are exact in float64. layout: (name, dtype, columns or None for a
+        # [k, chains] trace).
         layout = [
             (
                 name,
@@ -1023,7 +1023,8 @@ class Sampler:
                     carried["lw"] = latent_moments()
             # The row as a sum of zero-padded columns, which XLA fuses into one loop (a
             # concatenate of these many operands stays a thunk of its own, each operand
-            # converted by another); adding zeros leaves every value's bits.
+            # converted by another); adding zeros leaves every value as it was (a -0.0
+            # reads +0.0).
             row, col = [], 0
             for name, _, w in layout:
                 value = tf.reshape(tf.cast(values[name], tf.float64), [chains, w or 1])
