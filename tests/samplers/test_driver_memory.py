@@ -10,6 +10,7 @@ carried state lives in ``tf.Variable`` s that the XLA-compiled chunk updates in 
 from __future__ import annotations
 
 import re
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from fieldhmc.samplers.checkpoint import load_checkpoint
-from fieldhmc.samplers.driver import Sampler, SamplerSettings
+from fieldhmc.samplers.driver import FieldOutputs, Sampler, SamplerSettings
 from fieldhmc.samplers.storage import MemorySink
 
 GRID = (16, 16, 16)
@@ -108,12 +109,9 @@ def test_the_sink_reads_the_chunks_field_buffer_without_copying_it(tmp_path):
     # Each chunk's stored field draws reach the sink as a view of the chunk's output:
     # numpy()'s copy of the whole buffer (fresh pages every chunk) was 8% of a 64³
     # mclmc run's wall time. NumPy's allocations show in tracemalloc, TensorFlow's do
-    # not: a copy of one chunk's buffer is 32 fields a chain (a peak of 34 with it),
-    # the rest of a run (checkpoints: state, gradient, running moments) about 7.
-    import tracemalloc
-
-    from fieldhmc.samplers.driver import FieldOutputs
-
+    # not. In draws (every chain's field): a copy of one chunk's buffer is 32 (a peak
+    # of 34 with it), the rest of a run (checkpoints: state, gradient, running
+    # moments) about 7.
     settings = SamplerSettings(
         kind="hmc",
         num_chains=CHAINS,
@@ -143,5 +141,5 @@ def test_the_sink_reads_the_chunks_field_buffer_without_copying_it(tmp_path):
     finally:
         tracemalloc.stop()
     assert sink.num_fields == 64
-    chain_fields = CHAINS * np.prod(GRID) * 4
-    assert peak < 16 * chain_fields, peak / chain_fields
+    draw_bytes = CHAINS * np.prod(GRID) * 4  # one draw: every chain's float32 field
+    assert peak < 16 * draw_bytes, peak / draw_bytes
