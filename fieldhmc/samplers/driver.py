@@ -878,7 +878,9 @@ class Sampler:
                 carried["nfields"] = tf.constant(0)
         if phase != "sampling" and s.adapt_diagonal:
             carried["lw"] = carry.read("lw")
-        columns = sum(w or 1 for _, _, w in layout)
+        widths = [w or 1 for _, _, w in layout]
+        starts = [sum(widths[:j]) for j in range(len(widths))]  # each trace's first column
+        columns = sum(widths)
         trace = tf.zeros([k, chains, columns], tf.float64)
         dense_idx = self._dense_idx
         stats_every = field_stats_every(s, fo is not None and fo.store_fields)
@@ -1025,11 +1027,13 @@ class Sampler:
             # concatenate of these many operands stays a thunk of its own, each operand
             # converted by another); adding zeros leaves every value as it was (a -0.0
             # reads +0.0).
-            row, col = [], 0
-            for name, _, w in layout:
-                value = tf.reshape(tf.cast(values[name], tf.float64), [chains, w or 1])
-                row.append(tf.pad(value, [[0, 0], [col, columns - col - (w or 1)]]))
-                col += w or 1
+            row = [
+                tf.pad(
+                    tf.reshape(tf.cast(values[name], tf.float64), [chains, width]),
+                    [[0, 0], [col, columns - col - width]],
+                )
+                for (name, _, _), width, col in zip(layout, widths, starts, strict=True)
+            ]
             trace = write(trace, i, tf.add_n(row))
             return i + 1, u, res, trace, carried
 
@@ -1048,11 +1052,10 @@ class Sampler:
             (tf.constant(0), list(u_parts), results, trace, carried),
             maximum_iterations=k,
         )
-        bufs, col = {}, 0
-        for name, dt, w in layout:
-            piece = trace[:, :, col : col + (w or 1)]
+        bufs = {}
+        for (name, dt, w), width, col in zip(layout, widths, starts, strict=True):
+            piece = trace[:, :, col : col + width]
             bufs[name] = tf.cast(piece if w else piece[:, :, 0], dt)
-            col += w or 1
         carry.assign("x", to_x(u_parts))
         carry.assign("results", results)
         for name in ("fw", "lw"):

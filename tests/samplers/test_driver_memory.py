@@ -30,19 +30,20 @@ def _target(x, h):
     return -0.5 * tf.reduce_sum(z**2, axis=[1, 2, 3]) - 0.5 * tf.cast(h, tf.float64) ** 2
 
 
+def _hmc_sampler(outputs=None, **settings):
+    """HMC on ``_target`` (a field and a scalar), ``CHAINS`` chains."""
+    return Sampler(
+        _target,
+        SamplerSettings(kind="hmc", num_chains=CHAINS, **settings),
+        ["field", "h"],
+        [np.ones(GRID, np.float32), np.float32(1.0)],
+        outputs,
+    )
+
+
 @pytest.fixture(scope="module")
 def hmc_run(tmp_path_factory):
-    settings = SamplerSettings(
-        kind="hmc",
-        num_chains=CHAINS,
-        num_burnin_steps=2,
-        num_results=2,
-        num_leapfrog_steps=2,
-        chunk_size=4,
-    )
-    sampler = Sampler(
-        _target, settings, ["field", "h"], [np.ones(GRID, np.float32), np.float32(1.0)]
-    )
+    sampler = _hmc_sampler(num_burnin_steps=2, num_results=2, num_leapfrog_steps=2, chunk_size=4)
     rng = np.random.default_rng(0)
     init = [
         rng.standard_normal((CHAINS, *GRID)).astype(np.float32),
@@ -112,24 +113,16 @@ def test_the_sink_reads_the_chunks_field_buffer_without_copying_it(tmp_path):
     # not. In draws (every chain's field): a copy of one chunk's buffer is 32 (a peak
     # of 34 with it), the rest of a run (checkpoints: state, gradient, running
     # moments) about 7.
-    settings = SamplerSettings(
-        kind="hmc",
-        num_chains=CHAINS,
+    outputs = FieldOutputs(
+        field_fn=lambda x, h: x, power_fn=lambda f: tf.reduce_mean(f**2, [-3, -2, -1])[:, None]
+    )
+    sampler = _hmc_sampler(
+        outputs,
         num_burnin_steps=0,
         num_results=64,
         num_leapfrog_steps=1,
         chunk_size=32,
         field_thin=1,
-    )
-    outputs = FieldOutputs(
-        field_fn=lambda x, h: x, power_fn=lambda f: tf.reduce_mean(f**2, [-3, -2, -1])[:, None]
-    )
-    sampler = Sampler(
-        _target,
-        settings,
-        ["field", "h"],
-        [np.ones(GRID, np.float32), np.float32(1.0)],
-        outputs,
     )
     init = [np.zeros((CHAINS, *GRID), np.float32), np.zeros(CHAINS, np.float32)]
     sampler.run(_FieldShapesSink(), tmp_path / "compile", init, progress=False, max_chunks=1)
