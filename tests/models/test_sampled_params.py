@@ -314,7 +314,7 @@ def _config_text(forward: str) -> str:
 
 def test_bad_input_exits_2_in_one_line_before_tensorflow(tmp_path):
     """In a fresh interpreter: each bad config fails validate and run with exit 2, one
-    line naming the key, in under 2 s, and TensorFlow is never imported."""
+    line naming the key, in under 2 CPU s, and TensorFlow is never imported."""
     files = []
     for i, (key, forward) in enumerate(BAD_CONFIGS.items()):
         path = tmp_path / f"bad{i}.yaml"
@@ -326,9 +326,11 @@ def test_bad_input_exits_2_in_one_line_before_tensorflow(tmp_path):
         from fieldhmc import cli
         for key, path in {files!r}:
             for command in (["validate", path], ["run", path, "--out", path + ".out"]):
-                start = time.perf_counter()
+                # CPU seconds, not wall: a loaded box stretches the wall time, and
+                # importing TensorFlow alone takes ~5 CPU s
+                start = time.process_time()
                 code = cli.main(command)
-                seconds = time.perf_counter() - start
+                seconds = time.process_time() - start
                 assert code == 2, (key, code)
                 assert seconds < 2.0, (key, seconds)
         assert "tensorflow" not in sys.modules
