@@ -212,6 +212,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from tensorflow.python.ops import control_flow_util  # no public XLA-context query
 
+from fieldhmc.samplers import threefry
 from fieldhmc.samplers.loops import pinned_to
 
 __all__ = [
@@ -224,13 +225,22 @@ __all__ = [
 
 
 def _rng_alg() -> str:
-    """The draws' algorithm: Threefry under XLA, whose normals from it cost 0.45x Philox's
-    on XLA:CPU ([4, 64, 64, 64]: 7.5 against 16.7 ms; the default sampler's 36 ms) and
-    mclmc draws one per transition; Philox outside XLA, where TensorFlow's own kernels
-    refuse Threefry ("counter must be a vector with length at least 2"). XLA's draws
-    differ from TensorFlow's for the same seed with either algorithm."""
+    """The uniforms' (and float64 normals') algorithm: Threefry under XLA, where
+    TensorFlow's Threefry normals cost 0.45x its Philox ones on XLA:CPU; Philox outside
+    XLA, where TensorFlow's own kernels refuse Threefry ("counter must be a vector with
+    length at least 2"). XLA's draws differ from TensorFlow's for the same seed with
+    either algorithm. float32 normals come from :func:`_normal`."""
     in_xla = control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
     return "threefry" if in_xla else "philox"
+
+
+def _normal(shape, seed, dtype) -> tf.Tensor:
+    """Standard normals: float32 by :func:`fieldhmc.samplers.threefry.standard_normal`
+    (one per gradient in mclmc: 45 against 202 µs for TensorFlow's Threefry normal at
+    [4, 16, 16, 16] under XLA:CPU), other dtypes TensorFlow's (:func:`_rng_alg`)."""
+    if tf.as_dtype(dtype) == tf.float32:
+        return threefry.standard_normal(shape, seed)
+    return tf.random.stateless_normal(shape, seed=seed, dtype=dtype, alg=_rng_alg())
 
 
 _LAMBDA = 0.1931833275037836  # minimal-norm integrator (Omelyan et al. 2003)
@@ -402,10 +412,7 @@ def _dimension(parts) -> int:
 
 def _unit_vector(like, seed):
     seeds = tfp.random.split_seed(seed, n=len(like))
-    z = [
-        tf.random.stateless_normal(tf.shape(x), seed=s, dtype=x.dtype, alg=_rng_alg())
-        for x, s in zip(like, seeds, strict=True)
-    ]
+    z = [_normal(tf.shape(x), s, x.dtype) for x, s in zip(like, seeds, strict=True)]
     return _normalize(z)
 
 
@@ -803,10 +810,7 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         # Partial refresh: nu = sqrt((exp(2 eps / L) - 1) / d).
         nu = refresh_scale(eps, big_l, dim)
         zs = tfp.random.split_seed(refresh_seed, n=len(x))
-        z = [
-            tf.random.stateless_normal(tf.shape(xi), seed=s, dtype=dtype, alg=_rng_alg())
-            for xi, s in zip(x, zs, strict=True)
-        ]
+        z = [_normal(tf.shape(xi), s, dtype) for xi, s in zip(x, zs, strict=True)]
         u = partial_refresh(u, z, nu)
         energy_change = dk - lp + r.target_log_prob
         finite = _all_finite(x) & tf.math.is_finite(lp) & tf.math.is_finite(energy_change)

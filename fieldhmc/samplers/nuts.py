@@ -107,10 +107,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from fieldhmc.samplers import threefry
+
 __all__ = ["NoUTurnSampler", "StanNUTS", "StanNUTSResults"]
 
 _NO_PENDING_FAILURE = np.iinfo(np.int32).max
-# Philox explicitly: XLA:CPU's default ("auto_select") normal sampler is ~100x slower.
+# Philox explicitly: XLA:CPU's default ("auto_select") normal sampler is ~100x slower
+# (uniforms, float64 momenta; float32 momenta come from threefry.standard_normal).
 # (Eager and graph mode give identical draws; XLA's float conversion differs.)
 _RNG_ALG = "philox"
 
@@ -472,7 +475,9 @@ class _Metric:
         r"""Draw :math:`p \sim \mathcal N(0, M)` for every chain."""
         seeds = tfp.random.split_seed(seed, n=len(like))
         z = [
-            tf.random.stateless_normal(tf.shape(x), seed=s, dtype=x.dtype, alg=_RNG_ALG)
+            threefry.standard_normal(tf.shape(x), s)
+            if x.dtype == tf.float32
+            else tf.random.stateless_normal(tf.shape(x), seed=s, dtype=x.dtype, alg=_RNG_ALG)
             for x, s in zip(like, seeds, strict=True)
         ]
         if self._joint is not None:

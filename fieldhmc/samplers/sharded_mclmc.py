@@ -101,8 +101,8 @@ class PhiloxDraws:
     ``MetropolisAdjustedMicrocanonical.one_step`` split it.
 
     The draws are made by XLA-compiled functions, as in the single-device driver's
-    chunk: XLA's normals and uniforms are not TensorFlow's for the same seed. The
-    algorithm is the kernels' (``mclmc._rng_alg``: Threefry under XLA; the class and the
+    chunk: XLA's uniforms are not TensorFlow's for the same seed. The algorithms are
+    the kernels' (``mclmc._normal``, ``mclmc._rng_alg``: Threefry; the class and the
     ``random="philox"`` option keep the name of the one they used first).
     The ``noise`` of a normal is therefore the normal field itself.
     """
@@ -111,9 +111,7 @@ class PhiloxDraws:
         self._seed = tf.convert_to_tensor(seed)
         self._shape = shape
         compile_fn = tf.function(jit_compile=True, autograph=False)
-        self._normal = compile_fn(
-            lambda s: tf.random.stateless_normal(shape, seed=s, dtype=dtype, alg=mc._rng_alg())
-        )
+        self._normal = compile_fn(lambda s: mc._normal(shape, s, dtype))
         self._uniform = compile_fn(
             lambda s, n: tf.random.stateless_uniform(n, seed=s, dtype=dtype, alg=mc._rng_alg())
         )
