@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/scaling.py
 	$(PY) benchmarks/microcanonical.py
 	$(PY) benchmarks/driver_overhead.py
+	$(PY) benchmarks/normal_draws.py --kernels
 	$(PY) benchmarks/dense_params.py
 	$(PY) benchmarks/sharded.py
 

@@ -21,13 +21,13 @@ from typing import NamedTuple
 
 import tensorflow as tf
 import tensorflow_probability as tfp
+from tensorflow.python.ops import gen_stateless_random_ops_v2, random_ops_util
 from tensorflow_probability.python.internal import samplers as tfp_samplers
 from tensorflow_probability.python.mcmc import hmc as tfp_hmc
 from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as leapfrog_impl
 from tensorflow_probability.python.mcmc.internal import util as mcmc_util
 
 from fieldhmc.models.reduction import reduce_sum_float64, reduce_sum_squares_float64
-from fieldhmc.samplers import threefry
 
 __all__ = [
     "FieldHamiltonianMonteCarlo",
@@ -79,15 +79,82 @@ def whiten(
     return fn
 
 
+@tf.autograph.experimental.do_not_convert
 def standard_normal(shape, seed, dtype: tf.DType = tf.float32) -> tf.Tensor:
-    """Standard-normal momenta: float32 from :func:`fieldhmc.samplers.threefry.standard_normal`
-    (Threefry by inversion, ~6x cheaper under XLA:CPU than TensorFlow's Philox draw);
-    other dtypes TFP HMC's own draw (``tfp.random``'s ``samplers.normal``), so float64
-    runs are TFP's step unchanged."""
+    r"""Standard-normal draws by inversion of 24 random bits per value (float32).
+
+    .. math:: z = \pm\, \Phi^{-1}(p), \qquad p = (2k + 1)\, 2^{-25}, \quad
+              k \in \{0, \dots, 2^{23} - 1\},
+
+    with :math:`k` 23 bits and the sign one more bit of one 32-bit Philox word, so
+    :math:`p \in (0, 1/2)` is exact in float32: the draws are the normal quantiles of
+    :math:`2^{24}` equally likely levels, exactly symmetric (largest :math:`|z|` = 5.42).
+    ``tf.math.ndtri`` is Cephes' in eager mode (relative error below 1e-6) and
+    :math:`\sqrt 2\, \mathrm{erf}^{-1}(2p - 1)` under XLA (below 6e-6, both against
+    float64; ``tests/samplers/test_kernels.py``). Under XLA:CPU this costs about half of
+    ``tf.random.stateless_normal`` (Box--Muller: a logarithm, a sine and a cosine per
+    pair), which cost about two gradients of the Gaussian model once per HMC transition
+    (measurements in ``benchmarks/README.md``, ``scaling.py``). Other dtypes take TFP
+    HMC's own draw
+    (``tfp.random``'s ``samplers.normal``), so float64 runs are unchanged.
+
+    A static shape ``[..., n1, n2]`` of rank >= 3 with :math:`4 \mid n_1 n_2` is drawn
+    one ``[n1, n2]`` slab at a time (``tf.map_fn``; each slab's Philox counter starts
+    :math:`n_1 n_2 / 4` blocks further), with the same values as one draw of the whole
+    shape: under XLA neither the 32-bit words nor the inverse-CDF intermediates exist
+    at full size (each was another field per chain), nor the counters that XLA hoists
+    out of the sampling loop (0.75 field per chain for the whole chunk). Eagerly, Eigen's
+    scalar and vector ``ndtri`` may differ in the last bit at slab ends.
+
+    Parameters
+    ----------
+    shape : sequence of int or int Tensor
+    seed : int Tensor [2]
+        Stateless seed.
+    dtype : tf.DType
+        float32 (inversion) or float64 (TFP's draw).
+
+    Returns
+    -------
+    tf.Tensor
+        ``shape`` of ``dtype``.
+    """
     dtype = tf.as_dtype(dtype)
     if dtype != tf.float32:
         return tfp_samplers.normal(shape, dtype=dtype, seed=seed)  # TFP HMC's own draw
-    return threefry.standard_normal(shape, seed)
+    key, counter, alg = random_ops_util.get_key_counter_alg(seed, "philox")
+    static = tf.get_static_value(tf.convert_to_tensor(shape, tf.int32))
+    if static is None or len(static) < 3 or (int(static[-2]) * int(static[-1])) % 4:
+        return _normal_of_bits(_philox_bits(shape, key, counter, alg, 0))
+    rows, size = math.prod(static[:-2].tolist()), int(static[-2]) * int(static[-1])
+
+    def slab(i):
+        return _normal_of_bits(_philox_bits([size], key, counter, alg, i * (size // 4)))
+
+    z = tf.map_fn(slab, tf.range(rows, dtype=tf.int64), fn_output_signature=tf.float32)
+    return tf.reshape(z, static)
+
+
+@tf.autograph.experimental.do_not_convert
+def _philox_bits(shape, key, counter, alg, skip) -> tf.Tensor:
+    """Philox words of ``tf.random.stateless_uniform(..., dtype=tf.uint32)`` starting
+    ``skip`` 128-bit blocks (4 words each) into its stream: the low 64 bits of the
+    counter advance by ``skip``, with the carry into the high 64 bits."""
+    skip = tf.cast(skip, tf.uint64)
+    low = counter[0] + skip
+    high = counter[1] + tf.cast(low < counter[0], tf.uint64)
+    return gen_stateless_random_ops_v2.stateless_random_uniform_full_int_v2(
+        shape, key, tf.stack([low, high]), alg, dtype=tf.uint32
+    )
+
+
+@tf.autograph.experimental.do_not_convert
+def _normal_of_bits(bits) -> tf.Tensor:
+    """:func:`standard_normal`'s map from 32 random bits to a float32 normal quantile."""
+    k = tf.bitcast(tf.bitwise.right_shift(bits, tf.constant(9, tf.uint32)), tf.int32)
+    z = tf.math.ndtri(tf.cast(2 * k + 1, tf.float32) * (2.0**-25))  # < 0
+    is_negative = tf.bitwise.bitwise_and(bits, tf.constant(1, tf.uint32)) > 0
+    return tf.where(is_negative, z, -z)
 
 
 def kinetic_energy_change(initial_momentum, final_momentum) -> tf.Tensor:

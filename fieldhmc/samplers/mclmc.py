@@ -229,15 +229,16 @@ def _rng_alg() -> str:
     TensorFlow's Threefry normals cost 0.45x its Philox ones on XLA:CPU; Philox outside
     XLA, where TensorFlow's own kernels refuse Threefry ("counter must be a vector with
     length at least 2"). XLA's draws differ from TensorFlow's for the same seed with
-    either algorithm. float32 normals come from :func:`_normal`."""
+    either algorithm. float32 refresh normals come from :func:`_normal`."""
     in_xla = control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
     return "threefry" if in_xla else "philox"
 
 
 def _normal(shape, seed, dtype) -> tf.Tensor:
-    """Standard normals: float32 by :func:`fieldhmc.samplers.threefry.standard_normal`
-    (one per gradient in mclmc: 45 against 202 µs for TensorFlow's Threefry normal at
-    [4, 16, 16, 16] under XLA:CPU), other dtypes TensorFlow's (:func:`_rng_alg`)."""
+    """mclmc's partial-refresh normals: float32 by
+    :func:`fieldhmc.samplers.threefry.standard_normal` (one per step: 51 against 210 µs
+    for TensorFlow's Threefry normal at [4, 16, 16, 16] under XLA:CPU), other dtypes
+    TensorFlow's (:func:`_rng_alg`)."""
     if tf.as_dtype(dtype) == tf.float32:
         return threefry.standard_normal(shape, seed)
     return tf.random.stateless_normal(shape, seed=seed, dtype=dtype, alg=_rng_alg())
@@ -412,7 +413,13 @@ def _dimension(parts) -> int:
 
 def _unit_vector(like, seed):
     seeds = tfp.random.split_seed(seed, n=len(like))
-    z = [_normal(tf.shape(x), s, x.dtype) for x, s in zip(like, seeds, strict=True)]
+    # TensorFlow's Threefry normal, not _normal: the velocity is normalised (a norm and
+    # a divide both read the draw), and XLA then fused our Threefry rounds into each
+    # reader, which made mams' transition slower (benchmarks/README.md)
+    z = [
+        tf.random.stateless_normal(tf.shape(x), seed=s, dtype=x.dtype, alg=_rng_alg())
+        for x, s in zip(like, seeds, strict=True)
+    ]
     return _normalize(z)
 
 

@@ -102,7 +102,7 @@ class PhiloxDraws:
 
     The draws are made by XLA-compiled functions, as in the single-device driver's
     chunk: XLA's uniforms are not TensorFlow's for the same seed. The algorithms are
-    the kernels' (``mclmc._normal``, ``mclmc._rng_alg``: Threefry; the class and the
+    the kernels' (``mclmc._normal`` for refreshes, ``mclmc._rng_alg``: Threefry; the class and the
     ``random="philox"`` option keep the name of the one they used first).
     The ``noise`` of a normal is therefore the normal field itself.
     """
@@ -111,7 +111,10 @@ class PhiloxDraws:
         self._seed = tf.convert_to_tensor(seed)
         self._shape = shape
         compile_fn = tf.function(jit_compile=True, autograph=False)
-        self._normal = compile_fn(lambda s: mc._normal(shape, s, dtype))
+        self._normal = compile_fn(  # velocities: mc._unit_vector's draw
+            lambda s: tf.random.stateless_normal(shape, seed=s, dtype=dtype, alg=mc._rng_alg())
+        )
+        self._refresh_normal = compile_fn(lambda s: mc._normal(shape, s, dtype))
         self._uniform = compile_fn(
             lambda s, n: tf.random.stateless_uniform(n, seed=s, dtype=dtype, alg=mc._rng_alg())
         )
@@ -148,7 +151,7 @@ class PhiloxDraws:
         return self._normal(self._first())
 
     def refresh(self, step: int) -> tf.Tensor:
-        return self._normal(self._of(step, "refresh"))
+        return self._refresh_normal(self._of(step, "refresh"))
 
     def nan_velocity(self, step: int) -> tf.Tensor:
         return self._normal(self._of(step, "nan"))

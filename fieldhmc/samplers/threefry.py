@@ -1,16 +1,21 @@
-"""The samplers' float32 normal draws: Threefry-2x32 of each element's index, by inversion.
+"""Float32 normal draws: Threefry-2x32 of each element's index, by inversion.
 
-Every single-device kernel draws a field-sized normal once per transition (HMC's and
-fieldnuts' momenta, MAMS' velocity) or once per step (MCLMC's partial refresh). Under
-XLA:CPU TensorFlow's stateless Philox costs ~11 ns per 32-bit word, more than the rest
-of the draw: at [4, 16, 16, 16] the Philox draw by inversion took 263 µs, about one
-gradient of the Gaussian model; TensorFlow's Threefry normal (Box--Muller) 202 µs. The
-same counter-based generator written as plain uint32 TensorFlow ops fuses with the
-inversion into one elementwise loop: 45 µs, and 2.8 ms against 12.4 ms at 64³
-(``benchmarks/README.md``). Element ``i`` of a draw is word 0 of Threefry-2x32 (20
+fieldnuts draws a field-sized normal momentum once per transition and mclmc a
+partial-refresh normal once per step (every second gradient). Under XLA:CPU
+TensorFlow's stateless Philox costs ~11 ns per 32-bit word, more than the rest of the
+draw: at [4, 16, 16, 16] TensorFlow's Philox normal took 359 µs and its Threefry normal
+210 µs, about two gradients of the Gaussian model. The same counter-based generator
+written as uint32 TensorFlow ops fuses with the inversion into elementwise loops: 51 µs
+(``benchmarks/normal_draws.py``). Element ``i`` of a draw is word 0 of Threefry-2x32 (20
 rounds; Salmon et al. 2011) of the counter ``(i, 0)`` under the key given by the seed,
 so no index-sized buffer exists under XLA, and the integer part is bit-identical in
 eager mode and under XLA.
+
+XLA fuses the rounds into every reader of the draw (they are cheap integer ops, which
+it duplicates rather than materialise): a draw read by k fusions computes them k times.
+hmc's momentum (read by its float64 kinetic energy and the first half step) and mams'
+velocity (normalised: a norm and a divide) came out slower per gradient with this draw
+than with TensorFlow's, so they keep theirs (``benchmarks/README.md``).
 
 References
 ----------
