@@ -236,7 +236,7 @@ def _rng_alg() -> str:
 
 def _normal(shape, seed, dtype) -> tf.Tensor:
     """mclmc's partial-refresh normals: float32 by
-    :func:`fieldhmc.samplers.threefry.standard_normal` (one per step: 51 against 210 µs
+    :func:`fieldhmc.samplers.threefry.standard_normal` (one per step: 44 against 209 µs
     for TensorFlow's Threefry normal at [4, 16, 16, 16] under XLA:CPU), other dtypes
     TensorFlow's (:func:`_rng_alg`)."""
     if tf.as_dtype(dtype) == tf.float32:

@@ -3,9 +3,9 @@
 fieldnuts draws a field-sized normal momentum once per transition and mclmc a
 partial-refresh normal once per step (every second gradient). Under XLA:CPU
 TensorFlow's stateless Philox costs ~11 ns per 32-bit word, more than the rest of the
-draw: at [4, 16, 16, 16] TensorFlow's Philox normal took 359 µs and its Threefry normal
-210 µs, about two gradients of the Gaussian model. The same counter-based generator
-written as uint32 TensorFlow ops fuses with the inversion into elementwise loops: 51 µs
+draw: at [4, 16, 16, 16] TensorFlow's Philox normal took 342 µs and its Threefry normal
+209 µs, 3.3 and 2.0 FFT pairs. The same counter-based generator written as uint32
+TensorFlow ops fuses with the inversion into elementwise loops: 44 µs
 (``benchmarks/normal_draws.py``). Element ``i`` of a draw is word 0 of Threefry-2x32 (20
 rounds; Salmon et al. 2011) of the counter ``(i, 0)`` under the key given by the seed,
 so no index-sized buffer exists under XLA, and the integer part is bit-identical in
