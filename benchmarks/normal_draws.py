@@ -48,9 +48,7 @@ def _philox_inversion(shape, seed):
     bits = gen_stateless_random_ops_v2.stateless_random_uniform_full_int_v2(
         shape, key, counter, alg, dtype=tf.uint32
     )
-    k = tf.bitcast(tf.bitwise.right_shift(bits, tf.constant(9, tf.uint32)), tf.int32)
-    z = tf.math.ndtri(tf.cast(2 * k + 1, tf.float32) * (2.0**-25))
-    return tf.where(tf.bitwise.bitwise_and(bits, tf.constant(1, tf.uint32)) > 0, z, -z)
+    return threefry.normal_of_bits(bits)
 
 
 CANDIDATES = {

@@ -28,6 +28,7 @@ from tensorflow_probability.python.mcmc.internal import leapfrog_integrator as l
 from tensorflow_probability.python.mcmc.internal import util as mcmc_util
 
 from fieldhmc.models.reduction import reduce_sum_float64, reduce_sum_squares_float64
+from fieldhmc.samplers import threefry
 
 __all__ = [
     "FieldHamiltonianMonteCarlo",
@@ -125,11 +126,11 @@ def standard_normal(shape, seed, dtype: tf.DType = tf.float32) -> tf.Tensor:
     key, counter, alg = random_ops_util.get_key_counter_alg(seed, "philox")
     static = tf.get_static_value(tf.convert_to_tensor(shape, tf.int32))
     if static is None or len(static) < 3 or (int(static[-2]) * int(static[-1])) % 4:
-        return _normal_of_bits(_philox_bits(shape, key, counter, alg, 0))
+        return threefry.normal_of_bits(_philox_bits(shape, key, counter, alg, 0))
     rows, size = math.prod(static[:-2].tolist()), int(static[-2]) * int(static[-1])
 
     def slab(i):
-        return _normal_of_bits(_philox_bits([size], key, counter, alg, i * (size // 4)))
+        return threefry.normal_of_bits(_philox_bits([size], key, counter, alg, i * (size // 4)))
 
     z = tf.map_fn(slab, tf.range(rows, dtype=tf.int64), fn_output_signature=tf.float32)
     return tf.reshape(z, static)
@@ -146,15 +147,6 @@ def _philox_bits(shape, key, counter, alg, skip) -> tf.Tensor:
     return gen_stateless_random_ops_v2.stateless_random_uniform_full_int_v2(
         shape, key, tf.stack([low, high]), alg, dtype=tf.uint32
     )
-
-
-@tf.autograph.experimental.do_not_convert
-def _normal_of_bits(bits) -> tf.Tensor:
-    """:func:`standard_normal`'s map from 32 random bits to a float32 normal quantile."""
-    k = tf.bitcast(tf.bitwise.right_shift(bits, tf.constant(9, tf.uint32)), tf.int32)
-    z = tf.math.ndtri(tf.cast(2 * k + 1, tf.float32) * (2.0**-25))  # < 0
-    is_negative = tf.bitwise.bitwise_and(bits, tf.constant(1, tf.uint32)) > 0
-    return tf.where(is_negative, z, -z)
 
 
 def kinetic_energy_change(initial_momentum, final_momentum) -> tf.Tensor:

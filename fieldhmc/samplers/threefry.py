@@ -30,7 +30,7 @@ import math
 
 import tensorflow as tf
 
-__all__ = ["standard_normal", "threefry2x32"]
+__all__ = ["normal_of_bits", "standard_normal", "threefry2x32"]
 
 # Threefry-2x32's rotation constants and key-schedule parity (Random123's threefry.h).
 _ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
@@ -97,7 +97,14 @@ def standard_normal(shape, seed) -> tf.Tensor:
     # The element's index as the counter's first word (int64 so that 2**31..2**32 - 1 fit)
     index = tf.cast(tf.range(tf.reduce_prod(tf.cast(shape, tf.int64))), tf.uint32)
     word, _ = threefry2x32(key, index, tf.zeros_like(index))
-    k = tf.bitcast(tf.bitwise.right_shift(word, _u32(9)), tf.int32)
+    return tf.reshape(normal_of_bits(word), shape)
+
+
+@tf.autograph.experimental.do_not_convert
+def normal_of_bits(bits) -> tf.Tensor:
+    """The inversion of :func:`standard_normal` (and of hmc's Philox draw,
+    ``kernels.standard_normal``): 32 random bits (uint32) to a float32 normal quantile."""
+    k = tf.bitcast(tf.bitwise.right_shift(bits, _u32(9)), tf.int32)
     z = tf.math.ndtri(tf.cast(2 * k + 1, tf.float32) * (2.0**-25))  # < 0
-    is_negative = tf.bitwise.bitwise_and(word, _u32(1)) > 0
-    return tf.reshape(tf.where(is_negative, z, -z), shape)
+    is_negative = tf.bitwise.bitwise_and(bits, _u32(1)) > 0
+    return tf.where(is_negative, z, -z)

@@ -158,27 +158,15 @@ def test_standard_normal_is_the_normal_quantile_of_symmetric_levels():
     """Each float32 draw, eager and under XLA, is the float64 normal quantile of its
     24-bit level (sign bit times the quantile of (2k + 1) 2^-25) to float32 accuracy;
     moments agree with N(0, 1) within 4 MCSE."""
-    from scipy.special import ndtri
-
     from fieldhmc.samplers.kernels import standard_normal
+    from tests.samplers.test_threefry import assert_quantiles_of_bits
 
     seed = tf.constant([7, 11])
     shape = [4, 1 << 18]
     bits = tf.random.stateless_uniform(
         shape, seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
     ).numpy()
-    p = (2 * (bits >> 9).astype(np.float64) + 1) / 2.0**25
-    exact = np.where(bits & 1, ndtri(p), -ndtri(p))
-    xla = tf.function(lambda s: standard_normal(shape, s), jit_compile=True)
-    for z, rtol in ((xla(seed).numpy(), 6e-6), (standard_normal(shape, seed).numpy(), 1e-6)):
-        assert z.dtype == np.float32 and z.shape == tuple(shape)
-        np.testing.assert_allclose(z, exact, rtol=rtol, atol=1e-7)
-    x = xla(seed).numpy().astype(np.float64).ravel()
-    n = x.size
-    assert abs(x.mean()) < 4 / np.sqrt(n)
-    assert abs(x.var() - 1) < 4 * np.sqrt(2 / n)
-    assert abs(np.mean(x**4) - 3) < 4 * np.sqrt(96 / n)
-    assert np.abs(x).max() <= -ndtri(2.0**-25) * (1 + 1e-6)
+    assert_quantiles_of_bits(standard_normal, seed, bits)
     assert standard_normal([3], seed, tf.float64).dtype == tf.float64
 
 

@@ -40,6 +40,26 @@ def _numpy_threefry2x32(key, x0, x1):
     return x0, x1
 
 
+def assert_quantiles_of_bits(draw, seed, bits):
+    """``draw(shape, seed)``, eager and under XLA, is the float64 normal quantile of each
+    element's 32 ``bits`` (uint32 array of the draw's shape: sign bit times the quantile
+    of (2k + 1) 2^-25) to float32 accuracy, and its moments agree with N(0, 1) within 4
+    standard errors."""
+    shape = list(bits.shape)
+    p = (2 * (bits >> 9).astype(np.float64) + 1) / 2.0**25
+    exact = np.where(bits & 1, ndtri(p), -ndtri(p))
+    xla = tf.function(lambda s: draw(shape, s), jit_compile=True)
+    for z, rtol in ((xla(seed).numpy(), 6e-6), (draw(shape, seed).numpy(), 1e-6)):
+        assert z.dtype == np.float32 and z.shape == tuple(shape)
+        np.testing.assert_allclose(z, exact, rtol=rtol, atol=1e-7)
+    x = xla(seed).numpy().astype(np.float64).ravel()
+    n = x.size
+    assert abs(x.mean()) < 4 / np.sqrt(n)
+    assert abs(x.var() - 1) < 4 * np.sqrt(2 / n)
+    assert abs(np.mean(x**4) - 3) < 4 * np.sqrt(96 / n)
+    assert np.abs(x).max() <= -ndtri(2.0**-25) * (1 + 1e-6)
+
+
 @pytest.mark.parametrize("counter, key, expected", KAT)
 def test_threefry2x32_matches_random123_known_answers(counter, key, expected):
     out = threefry2x32(tf.constant(key, tf.uint32), *[tf.constant(c, tf.uint32) for c in counter])
@@ -56,19 +76,7 @@ def test_standard_normal_is_the_normal_quantile_of_its_threefry_bits():
     shape = [4, 1 << 18]
     key = np.array([7, -11], np.int32).view(np.uint32)
     bits, _ = _numpy_threefry2x32(key, np.arange(np.prod(shape), dtype=np.uint32), 0)
-    bits = bits.reshape(shape)
-    p = (2 * (bits >> 9).astype(np.float64) + 1) / 2.0**25
-    exact = np.where(bits & 1, ndtri(p), -ndtri(p))
-    xla = tf.function(lambda s: standard_normal(shape, s), jit_compile=True)
-    for z, rtol in ((xla(seed).numpy(), 6e-6), (standard_normal(shape, seed).numpy(), 1e-6)):
-        assert z.dtype == np.float32 and z.shape == tuple(shape)
-        np.testing.assert_allclose(z, exact, rtol=rtol, atol=1e-7)
-    x = xla(seed).numpy().astype(np.float64).ravel()
-    n = x.size
-    assert abs(x.mean()) < 4 / np.sqrt(n)
-    assert abs(x.var() - 1) < 4 * np.sqrt(2 / n)
-    assert abs(np.mean(x**4) - 3) < 4 * np.sqrt(96 / n)
-    assert np.abs(x).max() <= -ndtri(2.0**-25) * (1 + 1e-6)
+    assert_quantiles_of_bits(standard_normal, seed, bits.reshape(shape))
     dynamic = tf.function(
         lambda s, x: standard_normal(tf.shape(x), s),
         input_signature=[tf.TensorSpec([2], tf.int32), tf.TensorSpec(None, tf.float32)],
