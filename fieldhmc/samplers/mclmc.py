@@ -89,6 +89,12 @@ MCLMC, warm-up split into stages of fractions ``(0.4, 0.3, 0.3)``:
    step increase measures a transient above the stationary value (the chains relax to
    the new step's stationary state over ~15-20 transitions; at 64³ 3.5x after a 3x
    increase, negligible at 8³), so without a divergence its law value caps nothing.
+   Warm-up then ends with :math:`\epsilon/\sqrt d` at most 0.8 times the integrator's
+   linear stability limit (leapfrog 2, minimal norm :math:`2/\sqrt{1-2\lambda}` =
+   2.55) times the narrowest scalar part's conditional width
+   :math:`1/\sqrt{E[g_j^2]}` over stage 3: a sampled hyperparameter adds ~1/d of the
+   energy error, so the tolerance does not see it go unstable
+   (:meth:`MicrocanonicalLangevin._stiff_scalar_limit`).
 
 MAMS, stages ``(0.3, 0.2, 0.2, 0.3)``: (1) dual averaging of the step size to
 ``target_accept_prob`` (0.9 by default [5]; Nesterov's scheme as in Stan and
@@ -260,6 +266,11 @@ _TOLERANCE_WINDOWS = 4  # MCLMC stage 3: step re-set against desired_energy_var
 _MAX_STEP_CHANGE = 4.0  # per window, either way, unless a window is above _OVER x desired
 _OVER = 2.0  # MCLMC stage 3: a window above _OVER x desired_energy_var caps the step
 _MAX_L_GROWTH = 4.0  # MCLMC stage 3: L at most this x the moment stage's
+# MCLMC: the end of warm-up keeps eps / sqrt(d) within _STIFF_MARGIN x the integrator's
+# linear stability limit (h omega, per step: leapfrog 2, minimal norm 2 / sqrt(1 - 2 lambda))
+# times the narrowest scalar part's conditional width 1 / sqrt(E[g^2]).
+_STABILITY_LIMIT = {"leapfrog": 2.0, "minimal_norm": 2.0 / math.sqrt(1.0 - 2.0 * _LAMBDA)}
+_STIFF_MARGIN = 0.8
 # MAMS' convergence stop (warmup_stop="converged"; see the module docstring)
 WARMUP_STOPS = ("converged", "fixed")
 _CHECK_WINDOW = 10  # transitions between two convergence checks of a stage
@@ -274,7 +285,9 @@ _DRIFT = 2.0  # stages 1, 2, 4: |window drift of mean lp| <= this x lp's sd with
 class MicrocanonicalTuning(NamedTuple):
     """Tuning state carried in the results (scalars are shared by all chains).
 
-    ``time``, ``x_average``: decaying averages of the MCLMC step-size predictor;
+    ``time``, ``x_average``: decaying averages of the MCLMC step-size predictor
+    (stage 3 keeps its sum of the scalar parts' largest mean squared gradient in
+    ``x_average``);
     ``step_size_max``: cap after non-finite steps; ``log_step_size``,
     ``log_step_size_avg``, ``da_step``, ``avg_error``, ``mu``: dual averaging (MAMS;
     MCLMC's stage 3 keeps its windowed sum and count of Var[dE]/d in ``avg_error``
@@ -657,8 +670,10 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         def tune(j, eps, big_l, tuning):
             # the state through pinned_to: nothing computed from it is hoisted out of
             # the loop to run after warm-up too
-            xs, stat, more = pinned_to(j, (x, statistic, extra))
-            now = r._replace(step_size=eps, trajectory_length=big_l, tuning=tuning)
+            xs, stat, more, grads = pinned_to(j, (x, statistic, extra, r.grads_target_log_prob))
+            now = r._replace(
+                step_size=eps, trajectory_length=big_l, tuning=tuning, grads_target_log_prob=grads
+            )
             return (j + 1, *self._tune(now, xs, stat, finite, dim, *more))
 
         _, eps, big_l, tuning = tf.while_loop(
@@ -833,7 +848,10 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         )
         lp = tf.where(finite, lp, r.target_log_prob)
         energy_change = tf.where(finite, energy_change, tf.zeros_like(energy_change))
-        eps_new, l_new, tuning = self._maybe_tune(r, x, energy_change, finite, dim)
+        # the tuner reads the new state's gradients (its scalar parts: _stiff_scalar_limit)
+        eps_new, l_new, tuning = self._maybe_tune(
+            r._replace(grads_target_log_prob=g), x, energy_change, finite, dim
+        )
         results = MicrocanonicalResults(
             target_log_prob=lp,
             grads_target_log_prob=g,
@@ -915,7 +933,49 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
                 lambda: big_l,
             )
             eps_new, tuning = self._meet_tolerance(t, eps_new, energy_change, finite, dim, tuning)
+            eps_new, tuning = self._stiff_scalar_limit(r, x, t, eps_new, dim, tuning)
         return eps_new, big_l, tuning
+
+    def _stiff_scalar_limit(self, r, x, t, eps, dim, tuning):
+        r"""Stage 3: the step at the end of warm-up at most ``_STIFF_MARGIN`` times the
+        integrator's stability limit over the scalar parts' narrowest conditional width.
+
+        A scalar part (a sampled hyperparameter, ``[chains]``) adds ~1/d of the energy
+        error, so Var[dE]/d does not see it go unstable. Per coordinate MCLMC moves like
+        HMC with step :math:`h = \epsilon/\sqrt d`; a second-order integrator is stable
+        on a harmonic direction of width :math:`\sigma` for :math:`h/\sigma` below its
+        limit (``_STABILITY_LIMIT``), and the conditional width of part :math:`j` is
+        :math:`1/\sqrt{E[g_j^2]}` (the Fisher identity, exact for a Gaussian; the
+        precision's largest eigenvalue is at least this diagonal entry, so the cap is a
+        necessary condition). On the 8³ non-centred model with log A and
+        n under the prior metric (``benchmarks/README.md``) the tolerance took
+        :math:`h` to 2.7x log A's stage-3 width, and with a long L the chains made
+        excursions in log A with Var[dE]/d ~1000x the tolerance; at 2.0x there were none.
+        :math:`E[g_j^2]` is averaged over stage 3 (the largest part's per transition,
+        pooled over chains) in ``x_average``, which the step predictor of stages 1-2 no
+        longer reads. Smaller steps only lower the energy error, so the cap applied after
+        the last tolerance window needs no window of its own.
+        """
+        end2, end3 = self.stage_ends[1], self.stage_ends[2]
+        scalars = [i for i, p in enumerate(x) if p.shape.rank == 1]
+        if not scalars or r.grads_target_log_prob is None:
+            return eps, tuning
+        dtype = eps.dtype
+        g2 = tf.reduce_max(
+            tf.stack(
+                [
+                    tf.reduce_mean(tf.square(tf.cast(r.grads_target_log_prob[i], dtype)))
+                    for i in scalars
+                ]
+            )
+        )
+        in3 = (t >= end2) & (t < end3)
+        total = tf.where(t == end2, tf.zeros([], dtype), tuning.x_average) + g2
+        tuning = _replace_if(in3, tuning, x_average=total)
+        limit = _STIFF_MARGIN * _STABILITY_LIMIT[self.integrator]
+        width = tf.sqrt(float(end3 - end2) / tf.maximum(total, tf.constant(1e-30, dtype)))
+        capped = tf.minimum(eps, tf.constant(limit * math.sqrt(dim), dtype) * width)
+        return tf.where(t == end3 - 1, capped, eps), tuning
 
     def _meet_tolerance(self, t, eps, energy_change, finite, dim, tuning):
         r"""Stage 3: the step re-set from Var[dE]/d measured at stationarity.

@@ -568,6 +568,10 @@ class ShardedMicrocanonical:
                 step_size=chain.eps,
                 trajectory_length=chain.length,
                 tuning=chain.tuning,
+                # the scalar parts' gradients (the stiff-scalar step limit), plain tensors
+                grads_target_log_prob=[
+                    tf.constant(host(g)) if len(g.shape) == 1 else g for g in chain.grad
+                ],
             )
             x = list(chain.x)
             chain.eps, chain.length, tuning = self.kernel._tune(r, x, statistic, finite, self.dim)

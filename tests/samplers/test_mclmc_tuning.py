@@ -220,6 +220,79 @@ def test_stage3_l_follows_the_slowest_recorded_coordinate(kernel):
     assert _stage3_l(kernel, ramp, l0=0.25)[0] == pytest.approx(4.0 * 0.25)
 
 
+def _stage3_step(kernel, sigmas, eps0, seed=5):
+    """The step leaving warm-up after stage 3 fed energy errors at the tolerance (no
+    window moves the step) and scalar parts of conditional widths ``sigmas`` (gradients
+    ``N(0, 1/sigma^2)``) next to a ``[chains, DIM]`` field; and the estimated width the
+    cap should read (the largest part's mean g^2 per transition, averaged)."""
+    _, end2, end3 = kernel.stage_ends
+    x = [tf.zeros([CHAINS], tf.float64) for _ in sigmas] + [tf.zeros([CHAINS, DIM], tf.float64)]
+    dim = DIM + len(sigmas)
+    r = kernel.bootstrap_results(x)
+    r = r._replace(step_size=tf.constant(eps0, tf.float64))
+    rng = np.random.default_rng(seed)
+    error = tf.fill([CHAINS], tf.constant(np.sqrt(DESIRED * dim), tf.float64))
+    finite = tf.ones([CHAINS], tf.bool)
+    tune = tf.function(kernel._tune, autograph=False)
+    g2 = []
+    for t in range(end2, end3):
+        grads = [rng.standard_normal(CHAINS) / s for s in sigmas]
+        g2.append(max(np.mean(g**2) for g in grads) if grads else 0.0)
+        now = r._replace(
+            step=tf.constant(t), grads_target_log_prob=[tf.constant(g) for g in grads] + [x[-1]]
+        )
+        eps, big_l, tuning = tune(now, x, error, finite, dim)
+        r = r._replace(step_size=eps, trajectory_length=big_l, tuning=tuning)
+    return float(r.step_size) / np.sqrt(dim), (1.0 / np.sqrt(np.mean(g2)) if sigmas else None)
+
+
+def test_stage3_caps_the_step_at_a_stiff_scalars_stability_limit():
+    """A sampled hyperparameter adds ~1/d of the energy error, so Var[dE]/d at the
+    tolerance does not see a step beyond its stability: on the 8³ non-centred model
+    under the prior metric (tests/samplers/test_sharded.py's mclmc hyperparameter test)
+    the tuned step was 2.7x log A's width (h = eps/sqrt(d), per step of the minimal-norm
+    integrator, whose linear limit is 2.55x) and the chains made excursions in log A with
+    Var[dE]/d ~1000x the tolerance. Warm-up now ends with h at most 0.8x the
+    integrator's limit times the narrowest scalar's width 1/sqrt(E[g^2]); a field alone
+    and wide scalars leave the step as the tolerance set it."""
+    from fieldhmc.samplers import mclmc
+
+    def make(integrator):
+        return MicrocanonicalLangevin(
+            lambda *parts: tf.zeros([CHAINS], tf.float64),
+            step_size=0.5,
+            trajectory_length=8.0,
+            num_adaptation_steps=WARMUP,
+            desired_energy_var=DESIRED,
+            integrator=integrator,
+        )
+
+    # the limits: |trace| / 2 of the harmonic oscillator's one-step map reaches 1 there
+    for integrator, limit in mclmc._STABILITY_LIMIT.items():
+        b, a = mclmc.INTEGRATORS[integrator]
+        for h, stable in ((0.999 * limit, True), (1.001 * limit, False)):
+
+            def kick(s):
+                return np.array([[1.0, 0.0], [-s, 1.0]])
+
+            m = np.eye(2)
+            for i, ai in enumerate(a):
+                m = np.array([[1.0, ai * h], [0.0, 1.0]]) @ kick(b[i] * h) @ m
+            m = kick(b[-1] * h) @ m
+            assert (abs(np.trace(m)) / 2 <= 1.0) == stable, (integrator, h)
+    for integrator in ("minimal_norm", "leapfrog"):
+        kernel = make(integrator)
+        limit = mclmc._STIFF_MARGIN * mclmc._STABILITY_LIMIT[integrator]
+        h0 = 1.0  # the step the tolerance windows hold
+        h, width = _stage3_step(kernel, [0.05, 1.0], h0 * np.sqrt(DIM + 2))
+        assert abs(width - 0.05) < 0.2 * 0.05  # the narrow part is the one read
+        assert h == pytest.approx(limit * width, rel=1e-9)
+        assert h < h0 and h <= mclmc._STABILITY_LIMIT[integrator] * 0.05 * 1.2
+        # nothing to cap: a wide scalar, or the field alone
+        assert _stage3_step(kernel, [1.0], h0 * np.sqrt(DIM + 1))[0] == pytest.approx(h0)
+        assert _stage3_step(kernel, [], h0 * np.sqrt(DIM))[0] == pytest.approx(h0)
+
+
 def _tuned_run(model, data, desired, num_results, seed):
     settings = SamplerSettings(
         kind="mclmc",
