@@ -958,7 +958,7 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         """
         end2, end3 = self.stage_ends[1], self.stage_ends[2]
         scalars = [i for i, p in enumerate(x) if p.shape.rank == 1]
-        if not scalars or r.grads_target_log_prob is None:
+        if not scalars:
             return eps, tuning
         dtype = eps.dtype
         g2 = tf.reduce_max(

@@ -229,13 +229,6 @@ def test_field_hmc_is_tfp_hmc_but_for_the_momentum_draw(monkeypatch, dtype):
         np.testing.assert_allclose(out[0][2].numpy(), out[1][2].numpy(), atol=1e-5)
 
 
-def _bits_to_normal(bits):
-    """The map of ``standard_normal`` from 32 bits to a normal quantile (a reference)."""
-    k = tf.bitcast(tf.bitwise.right_shift(bits, tf.constant(9, tf.uint32)), tf.int32)
-    z = tf.math.ndtri(tf.cast(2 * k + 1, tf.float32) * (2.0**-25))
-    return tf.where(tf.bitwise.bitwise_and(bits, tf.constant(1, tf.uint32)) > 0, z, -z)
-
-
 @pytest.mark.parametrize("shape", [[2, 16, 16, 16], [2, 5, 6, 6], [3, 5, 5, 5], [1, 3, 4, 4]])
 def test_standard_normal_draws_by_slabs_bit_identically(shape):
     """Under XLA the field-shaped draw is made slab by slab ([n1, n2] at a time, the
@@ -245,11 +238,12 @@ def test_standard_normal_draws_by_slabs_bit_identically(shape):
     import re
 
     from fieldhmc.samplers.kernels import standard_normal
+    from fieldhmc.samplers.threefry import normal_of_bits
 
     seed = tf.constant([7, 11])
     ours = tf.function(lambda s: standard_normal(shape, s), jit_compile=True)
     whole = tf.function(
-        lambda s: _bits_to_normal(
+        lambda s: normal_of_bits(
             tf.random.stateless_uniform(
                 shape, s, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
             )
