@@ -66,6 +66,7 @@ from fieldhmc.diagnostics.truth import (
     cross_power,
     transfer_function,
     truth_comparison,
+    variance_bias,
     wiener_zscores,
 )
 
@@ -99,6 +100,7 @@ __all__ = [
     "to_jsonable",
     "transfer_function",
     "truth_comparison",
+    "variance_bias",
     "wiener_zscores",
     "zero_by_symmetry",
 ]

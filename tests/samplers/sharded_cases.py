@@ -594,23 +594,15 @@ SHARDED_BIAS_TOLERANCES = (1e-3, 1e-4)
 def driver_mclmc_bias(mesh, masked: bool, desired_energy_var: float, num_results: int = 2000):
     """Squared bias of the posterior variances under the sharded, tuned MCLMC (4 devices,
     identity metric on xi), MC noise removed, as ``tests/samplers/test_posterior.py``'s
-    ``mclmc_bias`` measures it (arXiv:2412.08876): ``b2``, its standard error, the mean
-    relative variance error."""
-    from fieldhmc.diagnostics import ess_bulk
+    ``mclmc_bias`` measures it (:func:`fieldhmc.diagnostics.variance_bias`): ``b2``, its
+    standard error ``se``, the mean relative variance error ``rel``."""
+    from fieldhmc.diagnostics import variance_bias
 
     settings = _micro_settings(
         "mclmc", 200, num_results, 500, seed=11, desired_energy_var=desired_energy_var, field_thin=1
     )
     post, mean, var, info = _driver_draws(mesh, masked, settings)
-    sq = (post - mean) ** 2
-    rel = sq.mean(axis=(0, 1)) / var - 1.0
-    terms = 0.5 * rel**2 - 1.0 / ess_bulk(sq)
-    return {
-        "b2": float(np.mean(terms)),
-        "se": float(np.std(terms) / np.sqrt(terms.size)),
-        "rel": float(rel.mean()),
-        **info,
-    }
+    return {**variance_bias(post, mean, var), **info}
 
 
 # --- sampled hyperparameters ---------------------------------------------------------------

@@ -17,7 +17,7 @@ import tensorflow as tf
 from scipy import stats
 
 from fieldhmc import models
-from fieldhmc.diagnostics import ess_bulk
+from fieldhmc.diagnostics import ess_bulk, variance_bias
 from fieldhmc.samplers import (
     FieldOutputs,
     MemorySink,
@@ -244,16 +244,10 @@ def test_unadjusted_and_adjusted_kinds_are_what_they_say(unmasked):
 
 
 def mclmc_bias(model, data, mean, var, desired_energy_var, num_results=2000, field_thin=1):
-    """Squared bias of the posterior variances under tuned MCLMC, MC noise removed.
-
-    .. math:: b^2 = \\frac{1}{d} \\sum_i \\frac{(\\hat{\\mathrm E}[(x_i - \\mu_i)^2]
-        - \\sigma_i^2)^2}{\\mathrm{Var}[(x_i - \\mu_i)^2]}
-
-    (:math:`\\mathrm{Var}[(x_i - \\mu_i)^2] = 2\\sigma_i^4`), the bias measure of
-    arXiv:2412.08876, which bounds it by the energy-error variance per dimension the
-    tuner is given. The expected Monte Carlo part, the mean of :math:`1/\\mathrm{ESS}`
-    of :math:`(x_i - \\mu_i)^2`, is subtracted. Returns ``(b2, its standard error,
-    mean relative variance error)``.
+    """Squared bias of the posterior variances under tuned MCLMC, MC noise removed
+    (:func:`fieldhmc.diagnostics.variance_bias`, the measure of arXiv:2412.08876, which
+    bounds it by the energy-error variance per dimension the tuner is given). Returns
+    ``(b2, its standard error, mean relative variance error)``.
     """
     draws = _sample(
         model,
@@ -264,13 +258,8 @@ def mclmc_bias(model, data, mean, var, desired_energy_var, num_results=2000, fie
         desired_energy_var=desired_energy_var,
         field_thin=field_thin,
     )
-    post = np.moveaxis(draws, 0, 1).reshape(draws.shape[1], draws.shape[0], -1)
-    del draws
-    sq = (post - mean.reshape(-1)) ** 2
-    rel = sq.mean(axis=(0, 1)) / var - 1.0
-    inv_ess = 1.0 / ess_bulk(sq)
-    terms = 0.5 * rel**2 - inv_ess
-    return float(np.mean(terms)), float(np.std(terms) / np.sqrt(terms.size)), float(rel.mean())
+    out = variance_bias(np.moveaxis(draws, 0, 1), mean.reshape(-1), var.reshape(-1))
+    return out["b2"], out["se"], out["rel"]
 
 
 # (loose, tight) Var[dE]/d pairs where the tuned step is set by the tolerance. With the
