@@ -174,6 +174,16 @@ def batch_means_mcse(x, batch=50):
     return np.sqrt(means.var(axis=0, ddof=1) / (c * b))
 
 
+def batch_means_z(q, target, batches_per_chain=2):
+    """z-scores of the mean of each column of ``q`` [chain, draw, K] about ``target``
+    from batch means: ``batches_per_chain`` batches a chain, and the t statistic of
+    their ``B - 1`` degrees of freedom mapped to N(0, 1) through its distribution."""
+    c, n = q.shape[:2]
+    t = (q.mean(axis=(0, 1)) - target) / batch_means_mcse(q, n // batches_per_chain)
+    df = c * batches_per_chain - 1
+    return np.sign(t) * stats.norm.isf(stats.t.sf(np.abs(t), df))
+
+
 def _z(draws, mean, var, m4, batch_mcse=False):
     """MCSE z-scores of the mean and variance of each column of ``draws`` [chain, draw, K]
     about the exact ``mean``, ``var`` and central fourth moment ``m4``.
@@ -184,17 +194,19 @@ def _z(draws, mean, var, m4, batch_mcse=False):
     2 var^2 (a Gaussian's) understates the mixture's ``m4``: together they overdispersed
     the slow 4x runs' z's (sum z^2 1190-1217 for 1022, mams and chees).
 
-    ``batch_mcse``: the mean's MCSE from batch means instead (:func:`batch_means_mcse`),
-    for MCLMC. Its positions' autocorrelation oscillates, and Geyer's ESS of them read
-    ~1.7x low (the sharded slow test, seeds 5/11/12: mean z's summed 293-305 for 511
-    squared, batch means 473-512). The squares' autocorrelation does not oscillate, and
-    their batch means (batches of 50, 80 in all) overdispersed the variance z's (583-689
-    against Geyer's 521-626, max |z| up to 5.3), so the variance keeps Geyer's ESS."""
+    ``batch_mcse``: both from batch means, two a chain (:func:`batch_means_z`), for
+    MCLMC. 16 replicated groups of 4 chains (64 chains of the sharded 8³ problem at its
+    tuned step and L, 4x the moment L; ``benchmarks/README.md``) put Geyer's ESS of the
+    field's means 4x low (their autocorrelation oscillates) and the non-ranked ESS of
+    their squares 2.0x high (1.0x at the moment L); batch means of 50 draws 0.74x and
+    1.40x, of 200 draws 0.92x and 1.05x. The field's variance z^2 averaged, over the
+    groups, 1.08 with two batches a chain, 1.17 with five, 1.30 with ten (the squares'
+    batch means are skewed, and shorter batches miss more of the slow correlations);
+    the slow test's (seed 11) summed 974 for 511 with the non-ranked ESS."""
     sq = (draws - mean) ** 2
     if batch_mcse:
-        z_mean = (draws.mean(axis=(0, 1)) - mean) / batch_means_mcse(draws)
-    else:
-        z_mean = (draws.mean(axis=(0, 1)) - mean) / np.sqrt(var / ess_bulk(draws))
+        return batch_means_z(draws, mean), batch_means_z(sq, var)
+    z_mean = (draws.mean(axis=(0, 1)) - mean) / np.sqrt(var / ess_bulk(draws))
     ess_sq = sq.reshape(-1, sq.shape[-1]).var(axis=0, ddof=1) / mcse_mean(sq) ** 2
     z_var = (sq.mean(axis=(0, 1)) - var) / np.sqrt((m4 - var**2) / ess_sq)
     return z_mean, z_var
@@ -202,7 +214,7 @@ def _z(draws, mean, var, m4, batch_mcse=False):
 
 def joint_zscores(hypers, fields, ref, batch_mcse=False):
     """z-scores of theta's mean and variance, and of every field coordinate's
-    (``batch_mcse``: the means' MCSEs from batch means, :func:`_z`)."""
+    (``batch_mcse``: from batch means, :func:`_z`)."""
     theta = np.stack([hypers[n] for n in HYPERS], -1).swapaxes(0, 1)  # [chain, draw, 2]
     mean, var, m4 = ref.field_moments()
     modes = np.fft.rfftn(np.moveaxis(fields, 0, 1), axes=(2, 3, 4), norm="ortho")
@@ -278,6 +290,18 @@ def test_batch_means_mcse_matches_the_exact_mcse_of_ar1_chains(phi):
     # 80 batches: each ratio ~ chi2_79 / 79 (sd 0.16), so the mean over 400 columns has
     # sd ~0.008 (more with phi = 0.8's correlated neighbouring batches)
     assert abs(ratio.mean() - 1) < 0.05, ratio.mean()
+    ok, msg = _looks_standard_normal(batch_means_z(x, 0.0))  # two batches a chain
+    assert ok, msg
+
+
+def test_batch_means_z_is_standard_normal():
+    """iid draws, 4 chains x 2 batches: the z's about the true mean have unit variance
+    (0.022 its sd over 4,000 columns); the t statistics themselves, with 7 degrees of
+    freedom, would read 7/5 = 1.4."""
+    x = np.random.default_rng(4).standard_normal((4, 100, 4000))
+    z = batch_means_z(x, 0.0)
+    assert abs(np.mean(z**2) - 1.0) < 0.07, np.mean(z**2)
+    assert stats.kstest(z, "norm").pvalue > 1e-3
 
 
 def test_quadrature_reference_is_the_marginal_of_the_model(problem):
