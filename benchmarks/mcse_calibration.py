@@ -1,10 +1,11 @@
 """Are the Monte Carlo standard errors of MCLMC draws right? Replicated groups of chains.
 
-Run: ``.venv/bin/python benchmarks/mcse_calibration.py [--step 0.919]
-[--lengths 0.97 3.88] [--chains 64] [--draws 2000] [--group 4]``.
+Run: ``.venv/bin/python benchmarks/mcse_calibration.py [--grid 8] [--mask none]
+[--step 0.919] [--lengths 0.97 3.88] [--chains 64] [--draws 2000] [--group 4]``.
 
-The 8³ Gaussian field posterior of ``tests/samplers/test_posterior.py`` (unmasked, exact
-dense reference), whitened by its posterior metric. ``--chains`` chains start at exact
+The 8³ Gaussian field posterior of ``tests/samplers/test_posterior.py`` (``--mask slab``:
+its 25% slab; ``--grid``: the same cell size on a larger grid; exact dense reference),
+whitened by its posterior metric. ``--chains`` chains start at exact
 posterior draws and run MCLMC at a fixed ``eps / sqrt(d)`` (``--step``) and
 ``L / sqrt(d)`` (each of ``--lengths``), no warm-up. The chains are split into groups of
 ``--group`` (a test's or a user's run). For each standardised coordinate's mean
@@ -49,11 +50,13 @@ from fieldhmc.samplers import (  # noqa: E402
 ESTIMATORS = ("bulk", "mean", "batch50", "batch200", "chains")
 
 
-def problem(grid: int = 8):
-    """The 8³ test posterior: model, data, exact mean and covariance."""
+def problem(grid: int = 8, masked: bool = False):
+    """The 8³ test posterior (at ``grid``³ the same cell size; ``masked``: its 25% slab
+    mask): model, data, exact mean and covariance."""
     g = models.Grid((grid,) * 3, 100.0 * grid / 8)
+    mask = models.make_mask(g, "slab", 0.25, seed=3) if masked else None
     model = models.GaussianFieldModel(
-        g, models.PowerLaw(1000.0, -1.5, 0.1), sigma=2.0, dtype=tf.float64
+        g, models.PowerLaw(1000.0, -1.5, 0.1), sigma=2.0, mask=mask, dtype=tf.float64
     )
     data = np.asarray(model.sample(seed=stateless_seed(7))["data"])
     dense = models.dense_posterior(model, data)
@@ -134,6 +137,7 @@ def calibrate(z: np.ndarray, group: int) -> dict[str, dict[str, float]]:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--grid", type=int, default=8)
+    p.add_argument("--mask", choices=["none", "slab"], default="none")
     p.add_argument("--step", type=float, default=0.919, help="eps / sqrt(d)")
     p.add_argument("--lengths", type=float, nargs="+", default=[0.97, 3.88], help="L / sqrt(d)")
     p.add_argument("--chains", type=int, default=64)
@@ -143,11 +147,12 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     if args.chains < 2 * args.group or args.group < 2:
         p.error("--chains must hold at least two groups of at least 2 chains")
-    model, data, mean, cov = problem(args.grid)
+    model, data, mean, cov = problem(args.grid, args.mask == "slab")
     print(
-        f"{args.grid}³ Gaussian posterior, mclmc at eps/sqrt(d) {args.step}, {args.chains} chains"
-        f" x {args.draws} draws from exact draws, groups of {args.group}; empirical / predicted"
-        " variance of a group's estimate (1: calibrated; above 1 the ESS reads high)"
+        f"{args.grid}³ Gaussian posterior ({args.mask}), mclmc at eps/sqrt(d) {args.step},"
+        f" {args.chains} chains x {args.draws} draws from exact draws, groups of {args.group};"
+        " empirical / predicted variance of a group's estimate"
+        " (1: calibrated; above 1 the ESS reads high)"
     )
     print(
         f"{'L/√d':>6} {'':>3} | " + " ".join(f"{e:>8}" for e in ESTIMATORS) + f" | {'emp ESS':>8}"

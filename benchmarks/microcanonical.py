@@ -11,6 +11,10 @@ script prints per kernel:
 * post-warm-up gradient evaluations (all chains), min and median bulk ESS over every
   latent coordinate (every Fourier mode's real and imaginary part) and gradients per
   min-ESS and per median-ESS;
+* the squares' :math:`(x_i-\\mu_i)^2` min and median ESS over the bias coordinates
+  (non-ranked, as ArviZ's MCSE of a mean: the variances' mixing, which a longer MCLMC
+  L slows while it speeds the means'; ``mcse_calibration.py`` measured it up to 1.08x
+  high on these posteriors);
 * the bias of the posterior variances against the exact Wiener posterior,
   :math:`b^2 = \\frac1d\\sum_i (\\hat E[(x_i-\\mu_i)^2] - \\sigma_i^2)^2 / (2\\sigma_i^4)`
   minus its Monte Carlo part (from the chains' spread,
@@ -64,7 +68,7 @@ from nuts_field import _peer_target, peer, whitened_target  # noqa: E402
 from sampling import build  # noqa: E402
 
 from fieldhmc import models  # noqa: E402
-from fieldhmc.diagnostics import ess_bulk, variance_bias  # noqa: E402
+from fieldhmc.diagnostics import ess_bulk, mcse_mean, variance_bias  # noqa: E402
 from fieldhmc.samplers import (  # noqa: E402
     FieldOutputs,
     MemorySink,
@@ -332,7 +336,15 @@ def analyse(r: dict, mean, var, idx) -> dict:
         r["hyper_min_ess"] = float(np.min(ess_bulk(hyper)))
         ess = np.concatenate([ess, ess_bulk(hyper).reshape(-1)])
     bias = variance_bias(post, mean[idx], var[idx], columns=idx)
+    ess_sq = []
+    for lo in range(0, idx.size, 1 << 16):  # column blocks: float64 copies stay small
+        j = idx[lo : lo + (1 << 16)]
+        sq = (post[..., j] - mean[j]) ** 2
+        ess_sq.append(sq.reshape(-1, j.size).var(axis=0, ddof=1) / mcse_mean(sq) ** 2)
+    ess_sq = np.concatenate(ess_sq)
     r.update(
+        min_ess_sq=float(np.min(ess_sq)),
+        median_ess_sq=float(np.median(ess_sq)),
         min_ess=float(np.min(ess)),
         median_ess=float(np.median(ess)),
         grads_per_min_ess=r["grads"] / float(np.min(ess)),
@@ -369,6 +381,7 @@ def _print_row(kind: str, r: dict) -> None:
         f"{r['s_per_min_ess']:>8.4f} {r['s_per_min_ess_all']:>8.4f} "
         f"{r['s_per_median_ess']:>8.4f} {r['s_per_median_ess_all']:>8.4f} | "
         f"{r['b2']:>8.1e} {r['b2_se']:>7.1e} {r['rel_var_err']:>8.4f} {r['eevpd']:>7.1e}"
+        + f"   (squares' min / median ESS {r['min_ess_sq']:.0f} / {r['median_ess_sq']:.0f})"
         + (
             f"   (hyperparameters' min ESS {r['hyper_min_ess']:.0f})"
             if "hyper_min_ess" in r

@@ -57,12 +57,13 @@ def test_microcanonical_benchmark_runs_on_a_tiny_grid(monkeypatch):
     small += ["--burnin-mams", "30", "--results-mams", "10", "--max-depth", "4", "--leapfrog", "4"]
     argv = ["--grid", "8", "--chains", "2", "--bias-coordinates", "8", "--no-peers", *small]
     out = module.main(argv)  # --no-peers: our four kernels, with or without the extra
-    assert set(out) == {"none", "slab"}
-    for rows in out.values():
-        assert set(rows) == {"mclmc", "mams", "fieldnuts", "hmc"}
-        for r in rows.values():
-            assert r["grads"] > 0 and r["warmup_grads"] > 0 and r["min_ess"] > 0
-            assert r["b2"] == r["b2"]  # not NaN
+    assert set(out) == {"none", "slab", "ratios"} and set(out["ratios"]) == {"none", "slab"}
+    for mask in ("none", "slab"):
+        assert set(out[mask]) == {"mclmc", "mams", "fieldnuts"}  # hmc on request
+        for runs in out[mask].values():
+            for r in runs:  # one per seed
+                assert r["grads"] > 0 and r["warmup_grads"] > 0 and r["min_ess"] > 0
+                assert r["min_ess_sq"] > 0 and r["b2"] == r["b2"]  # not NaN
 
 
 @pytest.mark.slow

@@ -43,7 +43,10 @@ def tuned():
     x = tf.random.stateless_normal([CHAINS, DIM], [1, 2])
     results = kernel.bootstrap_results(x)
 
-    @tf.function(jit_compile=True)
+    # autograph off: the loops are explicit, and a full slow run once had autograph call
+    # another converted method of the kernel in one_step's place (TypeError: _meet_tolerance
+    # got an unexpected keyword argument 'seed'); it passed alone.
+    @tf.function(jit_compile=True, autograph=False)
     def run(x, r):
         def body(i, x, r, eps, big_l, grads):
             x, r = kernel.one_step(x, r, seed=tf.stack([7, i]))
@@ -119,7 +122,7 @@ def _far_start(dim: int, warmup: int) -> tuple[float, float, int]:
     )
     x = tf.random.stateless_normal([CHAINS, dim], [1, 2]) * _far_widths(dim)
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=True, autograph=False)  # as the run above
     def run(x):
         r = kernel.bootstrap_results(x)
 
