@@ -49,8 +49,8 @@ def test_every_estimator_is_calibrated_on_ar1_chains(bench):
 def test_the_chains_spread_is_calibrated_on_mclmc(bench, capsys):
     """MCLMC at the moment L and 4x it (the default run, ~80 s): the chains' spread,
     variance_bias' noise term, predicts the variance over the replicated groups of both
-    the means and the squares; at 4x the L the means' Geyer ESS reads low (their
-    autocorrelation oscillates), which the test of the test shows is measurable."""
+    the means and the squares; and the replication sees an estimator's error: at 4x the
+    L the means' Geyer ESS reads low (their autocorrelation oscillates)."""
     out = bench.main([])
     for length, res in out.items():
         for name in ("x", "sq"):

@@ -56,7 +56,7 @@ def test_microcanonical_benchmark_runs_on_a_tiny_grid(monkeypatch):
     small = ["--burnin", "10", "--results", "10", "--burnin-mclmc", "30", "--results-mclmc", "20"]
     small += ["--burnin-mams", "30", "--results-mams", "10", "--max-depth", "4", "--leapfrog", "4"]
     argv = ["--grid", "8", "--chains", "2", "--bias-coordinates", "8", "--no-peers", *small]
-    out = module.main(argv)  # --no-peers: our four kernels, with or without the extra
+    out = module.main(argv)  # --no-peers: our kernels, with or without the extra
     assert set(out) == {"none", "slab", "ratios"} and set(out["ratios"]) == {"none", "slab"}
     for mask in ("none", "slab"):
         assert set(out[mask]) == {"mclmc", "mams", "fieldnuts"}  # hmc on request
