@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,3 +25,32 @@ def test_driver_overhead_benchmark_runs(capsys):
         assert row["bare"] > 0 and row["driver"] > 0
         assert row["ratio"] == pytest.approx(row["driver"] / row["bare"])
     assert "driver/bare" in capsys.readouterr().out
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location(
+        "driver_overhead", ROOT / "benchmarks" / "driver_overhead.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ratio_interval_covers_the_true_ratio_and_narrows():
+    """The bootstrap interval of the paired ratios' median: on noisy pairs whose true ratio
+    is 1.05 it contains 1.05, it narrows with more repeats, and a verdict is only given
+    when the whole interval sits on one side of the target."""
+    module = _module()
+    rng = np.random.default_rng(1)
+    widths = []
+    for n in (7, 60):
+        box = rng.uniform(0.8, 1.3, n)  # the box's speed, shared by a repeat's pair
+        bare = box * rng.normal(1.0, 0.05, n)
+        driver = 1.05 * box * rng.normal(1.0, 0.05, n)
+        low, high = module.ratio_interval(driver, bare)
+        assert low < 1.05 < high
+        widths.append(high - low)
+    assert widths[1] < 0.5 * widths[0]
+    assert module.verdict(1.0, 1.09) == "shown met"
+    assert module.verdict(1.11, 1.2) == "shown NOT met"
+    assert module.verdict(1.05, 1.15) == "not shown either way"
