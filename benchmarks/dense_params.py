@@ -88,6 +88,9 @@ def run_row(
     ]
     sink = MemorySink()
     start = time.perf_counter()
+    field_grads = 0
+    if config.sampler.field_warmup > 0:  # counted with the warm-up
+        init, field_grads = workflow.field_warmup(config, model, data, init)
     with tempfile.TemporaryDirectory() as d:
         summary = sampler.run(sink, Path(d), init, progress=False)
     seconds = time.perf_counter() - start
@@ -96,6 +99,9 @@ def run_row(
     post = post.reshape(*post.shape[:2], -1)[..., keep.ravel()]
     params = [n for n, x in zip(model.latent_names, init, strict=True) if x.ndim == 1]
     param_ess = {n: float(ess_bulk(traces[n].T)) for n in params}
+    physical = model.physical_parameters({n: traces[n] for n in params})
+    param_mean = {n: float(np.mean(v)) for n, v in physical.items()}
+    param_sd = {n: float(np.std(v)) for n, v in physical.items()}
     field_ess = float(np.min(ess_bulk(post)))
     grads = int(traces["n_steps"].sum())
     dim = sum(int(np.prod(x.shape[1:])) for x in init)
@@ -107,10 +113,12 @@ def run_row(
     )
     min_ess = min([field_ess, *param_ess.values()])
     return {
-        "warmup_grads": summary.warmup_gradient_evaluations,
+        "warmup_grads": summary.warmup_gradient_evaluations + field_grads,
         "grads": grads,
         "step_size": float(np.mean(traces["step_size"][-1])),
         "param_ess": param_ess,
+        "param_mean": param_mean,
+        "param_sd": param_sd,
         "field_min_ess": field_ess,
         "min_ess": min_ess,
         "grads_per_min_ess": grads / min_ess,
@@ -192,6 +200,13 @@ def main(argv: list[str] | None = None) -> dict:
                         ""
                         if r["energy_var_per_dim"] is None
                         else f" | Var[dE]/d {r['energy_var_per_dim']:.2g}"
+                    ),
+                    flush=True,
+                )
+                print(
+                    f"{'':>9} posterior mean (sd): "
+                    + ", ".join(
+                        f"{n} {m:.3f} ({r['param_sd'][n]:.3f})" for n, m in r["param_mean"].items()
                     ),
                     flush=True,
                 )

@@ -843,6 +843,12 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         u = partial_refresh(u, z, nu)
         energy_change = dk - lp + r.target_log_prob
         finite = _all_finite(x) & tf.math.is_finite(lp) & tf.math.is_finite(energy_change)
+        if self.num_adaptation_steps > 0:
+            # During warm-up a divergent step (|dE| > MAX_ENERGY_ERROR) is undone as a
+            # non-finite one is: unadjusted, it would keep a state thrown far out (a
+            # sampled parameter's), and the tuner then shrinks the step from there.
+            warm = r.step < self.num_adaptation_steps
+            finite = finite & ~(warm & (tf.abs(energy_change) > MAX_ENERGY_ERROR))
         x = _select(finite, x, x0)
         g = _select(finite, g, r.grads_target_log_prob)
         # A fresh velocity only where the step failed: under a tf.cond, so the common

@@ -364,3 +364,40 @@ def test_draws_use_threefry_under_xla_and_philox_outside():
     assert bool(compiled())
     assert _rng_alg() == "philox"
     tf.random.stateless_normal([3], [1, 2], alg=_rng_alg())  # runs eagerly
+
+
+def test_warmup_undoes_divergent_steps_so_a_stiff_scalar_is_not_thrown_out():
+    """The galaxy model at 32³ (benchmarks/README.md, session 32): from a good state,
+    stage 1's first steps (eps = 0.25 sqrt(d)) threw b2 from 0 to 16 and the log
+    density down by 10⁶; unadjusted, MCLMC kept those states. During warm-up a step
+    with |dE| > MAX_ENERGY_ERROR is now undone, as a non-finite one is. Here a scalar of
+    width 0.01 next to 512 white coordinates, started from exact draws: over 60 warm-up
+    transitions it stays within 100 widths (27-33 with the rule, 218-277 without,
+    seeds 0-2)."""
+    from fieldhmc.samplers.mclmc import MicrocanonicalLangevin
+
+    dim, width = 512, 0.01
+
+    def target(f, s):
+        return -0.5 * tf.reduce_sum(tf.square(f), -1) - 0.5 * tf.square(s / width)
+
+    rng = np.random.default_rng(0)
+    x = [
+        tf.constant(rng.standard_normal((CHAINS, dim)), tf.float64),
+        tf.constant(width * rng.standard_normal(CHAINS), tf.float64),
+    ]
+    root_d = float(np.sqrt(dim + 1))
+    kernel = MicrocanonicalLangevin(
+        target,
+        step_size=tf.constant(0.25 * root_d, tf.float64),
+        trajectory_length=tf.constant(root_d, tf.float64),
+        num_adaptation_steps=200,
+        desired_energy_var=5e-4,
+    )
+    results = kernel.bootstrap_results(x)
+    step = tf.function(kernel.one_step, autograph=False)
+    worst = 0.0
+    for t in range(60):
+        x, results = step(x, results, seed=tf.constant([t, 1]))
+        worst = max(worst, float(tf.reduce_max(tf.abs(x[1]))) / width)
+    assert worst < 100.0, worst
