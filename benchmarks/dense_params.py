@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> dict:
         kind_overrides = [*overrides, f"sampler.kind={kind}"]
         config = cfg.load_config(args.config, kind_overrides)
         model = workflow.build_model(config)
-        if data is None:
+        if data is None and config.data.source == "file":
+            data = workflow.obtain_data(config, model).data
+        elif data is None:
             data = np.asarray(model.sample(seed=stateless_seed(config.data.seed))["data"])
         if not rows:
             s = config.sampler

@@ -60,8 +60,11 @@ MCLMC, warm-up split into stages of fractions ``(0.4, 0.3, 0.3)``:
    :math:`w = \exp(-\tfrac12 [\log \xi / (6 \cdot 1.5)]^2)` to exponentially decaying
    averages (memory of 150 steps) of :math:`w\,\xi / \epsilon^6` and :math:`w`,
    and :math:`\epsilon = (\overline{\xi/\epsilon^6})^{-1/6}` (the
-   :math:`\mathrm{Var}[\Delta E] \propto \epsilon^6` law); a non-finite step is
-   undone and caps :math:`\epsilon` at 0.8 times its value;
+   :math:`\mathrm{Var}[\Delta E] \propto \epsilon^6` law); a non-finite step, or
+   one with :math:`|\Delta E| >` ``MAX_ENERGY_ERROR`` (throughout warm-up), is undone
+   and caps :math:`\epsilon` at 0.8 times its value (unadjusted, a kept divergent step
+   can throw a stiff sampled parameter far out: b2 from 0 to 16 on the galaxy model at
+   32³ from the very first steps, the log density 10⁶ lower);
 2. the same, and step-size-weighted means of :math:`x` and :math:`x^2`;
    :math:`L = \sqrt{\sum_i \mathrm{Var}[x_i]}` at the end;
 3. positions of a strided subset of at most 512 coordinates per
