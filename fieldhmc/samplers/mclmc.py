@@ -848,8 +848,9 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         finite = _all_finite(x) & tf.math.is_finite(lp) & tf.math.is_finite(energy_change)
         if self.num_adaptation_steps > 0:
             # During warm-up a divergent step (|dE| > MAX_ENERGY_ERROR) is undone as a
-            # non-finite one is: unadjusted, it would keep a state thrown far out (a
-            # sampled parameter's), and the tuner then shrinks the step from there.
+            # non-finite one is (and caps the step): unadjusted, the kernel would keep a
+            # state thrown far out (a stiff sampled parameter's), which the smaller steps
+            # that follow take long to bring back. After warm-up nothing changes.
             warm = r.step < self.num_adaptation_steps
             finite = finite & ~(warm & (tf.abs(energy_change) > MAX_ENERGY_ERROR))
         x = _select(finite, x, x0)
