@@ -3,7 +3,6 @@ min ESS over every parameter and the field."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 from fieldhmc import config as cfg
 from fieldhmc import workflow
 from fieldhmc.samplers import stateless_seed
+from tests.load_script import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks" / "dense_params.py"
@@ -19,9 +19,7 @@ BENCH = ROOT / "benchmarks" / "dense_params.py"
 
 @pytest.mark.slow
 def test_rows_cover_the_parameters_and_the_field():
-    spec = importlib.util.spec_from_file_location("dense_params", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(BENCH, "dense_params")
     argv = ["--config", str(ROOT / "configs" / "hierarchical_64.yaml"), "--grid", "8"]
     argv += ["--burnin", "40", "--results", "20", "--set", "sampler.max_tree_depth=4"]
     rows = bench.main(argv)
@@ -48,9 +46,7 @@ def test_rows_cover_the_parameters_and_the_field():
 @pytest.mark.slow
 def test_fixed_at_truth_rows_sample_the_field_alone(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH.parent))  # it imports joint_inference.py
-    spec = importlib.util.spec_from_file_location("dense_params", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(BENCH, "dense_params")
     argv = ["--config", str(ROOT / "configs" / "hierarchical_masked_64.yaml"), "--grid", "8"]
     argv += ["--burnin", "30", "--results", "20", "--preconditioners", "posterior"]
     argv += ["--set", "sampler.max_tree_depth=4"]  # a fieldnuts key: the config runs mams

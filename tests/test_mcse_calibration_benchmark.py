@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -11,17 +10,14 @@ import numpy as np
 import pytest
 from scipy import signal
 
+from tests.load_script import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location(
-        "mcse_calibration", ROOT / "benchmarks" / "mcse_calibration.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "mcse_calibration.py", "mcse_calibration")
 
 
 def test_every_estimator_is_calibrated_on_ar1_chains(bench):

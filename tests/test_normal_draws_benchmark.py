@@ -3,10 +3,11 @@ kernel twice)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from tests.load_script import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -14,11 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_normal_draws_benchmark_runs(capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(
-        "normal_draws", ROOT / "benchmarks" / "normal_draws.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(ROOT / "benchmarks" / "normal_draws.py", "normal_draws")
     out = module.main(["--grids", "8", "--repeats", "1", "--kernels", "--kernel-grids", "8"])
     assert set(out[8]) == {*module.CANDIDATES, "fft pair"}
     assert all(v > 0 for v in out[8].values())

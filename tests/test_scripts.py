@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from tests.load_script import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -23,10 +24,7 @@ TINY = [
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts" / f"{name}.py", name)
 
 
 @pytest.mark.parametrize("name", ["fit_synthetic", "compare_wiener"])
@@ -50,9 +48,7 @@ def test_microcanonical_benchmark_runs_on_a_tiny_grid(monkeypatch):
 
     bench = Path(__file__).resolve().parents[1] / "benchmarks"
     monkeypatch.syspath_prepend(str(bench))  # it imports sampling.py
-    spec = importlib.util.spec_from_file_location("microcanonical", bench / "microcanonical.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(bench / "microcanonical.py", "microcanonical")
     small = ["--burnin", "10", "--results", "10", "--burnin-mclmc", "30", "--results-mclmc", "20"]
     small += ["--burnin-mams", "30", "--results-mams", "10", "--max-depth", "4", "--leapfrog", "4"]
     argv = ["--grid", "8", "--chains", "2", "--bias-coordinates", "8", "--no-peers", *small]

@@ -26,6 +26,7 @@ from fieldhmc.models.cosmology import (
     linear_power,
 )
 from fieldhmc.models.galaxy_clustering import GalaxyClusteringForward
+from tests.load_script import load_script
 
 SHAPE = (8, 8, 8)
 BOX = 320.0
@@ -332,7 +333,6 @@ def test_white_noise_likelihood_reads_the_predicted_modes_one_fft_pair_fewer():
     gradient equal the real-space path's (float64, to rounding), and the compiled value
     and gradient perform 12 transforms each way per chain, not 13 (the deconvolved
     prediction's irfft3d and its adjoint are gone)."""
-    import importlib.util
     from pathlib import Path
 
     from fieldhmc import config as cfg
@@ -366,11 +366,7 @@ def test_white_noise_likelihood_reads_the_predicted_modes_one_fft_pair_fewer():
     np.testing.assert_allclose(lp_f.numpy(), lp_r.numpy(), rtol=1e-12)
     for a, b in zip(g_f, g_r, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-9, atol=1e-9 * np.abs(b).max())
-    spec = importlib.util.spec_from_file_location(
-        "lpt_bench", root / "benchmarks" / "lpt_forward.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(root / "benchmarks" / "lpt_forward.py", "lpt_bench")
     # (the real-space path's 13 are test_lpt_galaxies' forward-model count)
     compiled = tf.function(value_and_gradient(fourier), jit_compile=True)
     hlo = compiled.experimental_get_compiler_ir(*latents)(stage="hlo")

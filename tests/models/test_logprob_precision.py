@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 
 import pytest
+
+from tests.load_script import load_script
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "logprob_precision.py"
 
 
 @pytest.mark.skipif(not SCRIPT.exists(), reason="benchmarks/logprob_precision.py not present")
 def test_main_on_a_tiny_grid(capsys):
-    spec = importlib.util.spec_from_file_location("logprob_precision", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(SCRIPT, "logprob_precision")
     results = module.main(["--n", "16"])
     assert "[terms] n = 16^3" in capsys.readouterr().out
     terms, model = results["terms"], results["model"]

@@ -11,7 +11,6 @@ Student-t with ``chains - 1`` degrees of freedom.
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 
 import numpy as np
@@ -22,6 +21,7 @@ import tensorflow_probability as tfp
 
 from fieldhmc.samplers import nuts
 from fieldhmc.samplers.nuts import StanNUTS, StanNUTSResults, _Metric
+from tests.load_script import load_script
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -692,9 +692,7 @@ def test_invalid_arguments():
 @pytest.mark.slow
 def test_benchmark_script_runs_on_tiny_sizes():
     path = REPO / "benchmarks" / "nuts_resonance.py"
-    spec = importlib.util.spec_from_file_location("nuts_resonance", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(path, "nuts_resonance")
     out = module.main(
         ["--dim", "16", "--steps", "3", "--field-size", "8", "--speed-steps", "2", "--repeats", "1"]
     )
@@ -705,11 +703,7 @@ def test_benchmark_script_runs_on_tiny_sizes():
 @pytest.mark.slow
 def test_field_benchmark_script_runs_on_tiny_sizes(monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # it imports sampling.py
-    spec = importlib.util.spec_from_file_location(
-        "nuts_field", REPO / "benchmarks" / "nuts_field.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(REPO / "benchmarks" / "nuts_field.py", "nuts_field")
     out = module.main(
         ["--n", "8", "--chains", "2", "--speed-steps", "2", "--repeats", "1"]
         + ["--burnin", "10", "--results", "10", "--max-depth", "4", "--no-peers"]
