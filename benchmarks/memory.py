@@ -113,7 +113,7 @@ def child(args) -> dict:
     _patch(driver.Sampler, "_fresh_state", meter, "initial state + bootstrap (compile)")
     _patch(driver.Sampler, "_checkpoint", meter, "checkpoint")
     _patch(driver.Sampler, "_emit", meter, "store traces + fields")
-    _patch(workflow, "_export", meter, "export samples.nc, power.nc")
+    _patch(workflow, "export", meter, "export samples.nc, power.nc")
     _patch(workflow, "_load_run", meter, "load run")
     _patch(diagnostics, "field_convergence", meter, "diagnose: field convergence")
     _patch(diagnostics, "coverage", meter, "diagnose: truth coverage")

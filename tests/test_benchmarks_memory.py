@@ -1,18 +1,16 @@
 """benchmarks/memory.py and benchmarks/scaling.py run on tiny grids (slow: TF per child)."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from tests.load_script import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / f"{name}.py", name)
 
 
 @pytest.mark.slow

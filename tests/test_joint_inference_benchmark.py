@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.load_script import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
@@ -17,9 +18,7 @@ SMALL += ["--results", "20", "--burnin-mams", "40", "--results-mams", "20"]
 @pytest.mark.slow
 def test_rows_cover_theta_and_the_field(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))  # it imports microcanonical.py
-    spec = importlib.util.spec_from_file_location("joint_inference", BENCH / "joint_inference.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(BENCH / "joint_inference.py", "joint_inference")
     argv = [*SMALL, "--config", str(ROOT / "configs" / "hierarchical_64.yaml")]
     rows = bench.main([*argv, "--kinds", "fieldnuts", "mams", "--parametrisations", "conditional"])
     assert set(rows) == {
@@ -31,8 +30,9 @@ def test_rows_cover_theta_and_the_field(monkeypatch):
         assert r["grads_per_min_ess"] == pytest.approx(r["grads"] / r["min_ess"])
         assert np.isfinite(r["rel_var_err"])
     rows = bench.main([*argv, "--kinds", "hmc", "--no-sampled", "--fixed"])
-    assert list(rows) == [("noncentred", "fixed", "hmc", 0)]
-    assert np.isnan(rows[("noncentred", "fixed", "hmc", 0)]["hyper_min_ess"])
+    # one fixed row, in --fixed-parametrisation's default (conditional)
+    assert list(rows) == [("conditional", "fixed", "hmc", 0)]
+    assert np.isnan(rows[("conditional", "fixed", "hmc", 0)]["hyper_min_ess"])
 
 
 def test_fixed_rows_fix_the_hyperparameters_that_drew_the_data(monkeypatch):
@@ -42,9 +42,7 @@ def test_fixed_rows_fix_the_hyperparameters_that_drew_the_data(monkeypatch):
     from fieldhmc import workflow
 
     monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location("joint_inference", BENCH / "joint_inference.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(BENCH / "joint_inference.py", "joint_inference")
     path = str(ROOT / "configs" / "hierarchical_64.yaml")
     data, truth = bench.simulated_truth(path, ["grid.shape=[8,8,8]"])
     assert set(truth) == {"log_amplitude", "index"}
