@@ -27,12 +27,22 @@ Target (issue 30): driver / bare <= 1.1 for every kind at 16³ and 64³. Single 
 scatter by ±10–20% on a shared box, so each row also gives the median of the paired
 ratios and its bootstrap interval over the repeats: the target is shown met only when
 the whole interval is at or below it.
+
+``--profile``: after the timings, one driver run and one bare call per case under
+TensorFlow's profiler; the compiled programs' operations (XLA:CPU thunks, by name
+without their numeric suffix) are summed by self time (a loop's or conditional's own
+time, without the operations inside it), and the rows where the driver spends the most
+over the bare kernel are printed in microseconds per transition, with the time the
+driver's process spends outside its compiled programs per chunk (the calls' dispatch,
+the traces' copies to the host).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
+import glob
 import math
 import os
 import shutil
@@ -223,6 +233,12 @@ def main(argv: list[str] | None = None) -> dict:
         help="override a key of the quickstart config (repeatable), e.g. sampler.thin=2",
     )
     parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the timings, where the driver's time goes: its compiled operations' "
+        "self time against the bare kernel's, per transition (TensorFlow's profiler)",
+    )
+    parser.add_argument(
         "--max-tree-depth",
         type=int,
         help="fieldnuts' maximum tree depth (default: the kind's, 10); a shallower one "
@@ -268,6 +284,8 @@ def main(argv: list[str] | None = None) -> dict:
                     f"driver {t['driver'][-1]:.3f} ms/grad ({t['driver'][-1] / t['bare'][-1]:.3f})",
                     flush=True,
                 )
+        # inside the with: the cases' checkpoints live in its directory
+        profiles = {key: profile_case(case) for key, case in cases.items()} if args.profile else {}
     print(
         f"\nms per batched gradient (4 chains), round-robin median of {args.repeats}; "
         f"load average {os.getloadavg()[0]:.1f}"
@@ -297,7 +315,100 @@ def main(argv: list[str] | None = None) -> dict:
             f"90% interval {low:.3f}..{high:.3f}: {verdict(low, high)}",
             flush=True,
         )
+    for (kind, grid), prof in profiles.items():
+        print_profile(kind, grid, cases[(kind, grid)], prof)
     return out
+
+
+def self_times(events) -> tuple[collections.Counter, collections.Counter]:
+    """Per name, the summed self time (duration less that of the events nested in it)
+    and the count of ``(name, start, duration)`` events of one profiler line (nested
+    or disjoint, as a thread's trace events are)."""
+    total, count = collections.Counter(), collections.Counter()
+    stack = []  # [name, end, self time so far] of the open events
+    for name, start, duration in sorted(events, key=lambda e: (e[1], -e[2])):
+        while stack and stack[-1][1] <= start:
+            closed = stack.pop()
+            total[closed[0]] += closed[2]
+        if stack:
+            stack[-1][2] -= duration
+        stack.append([name, start + duration, duration])
+        count[name] += 1
+    for name, _, own in stack:
+        total[name] += own
+    return total, count
+
+
+# Profiler events that are not compiled operations (runtime, Python, TensorFlow ops).
+_RUNTIME = ("ThunkExecutor", "Eager", "TFE_", "CpuExecutable", "BlockUntilReady", "KernelAndDevice")
+
+
+def profile(fn) -> tuple[collections.Counter, collections.Counter, float, float]:
+    """``fn()`` under TensorFlow's profiler: (self time in seconds, count) per compiled
+    operation (numeric suffix dropped, summed over threads), and the seconds of ``fn``
+    inside and outside the compiled programs' execution."""
+    try:
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    except ImportError as exc:  # an internal module: TensorFlow may move it
+        raise SystemExit(f"--profile needs tensorflow.tsl.profiler.protobuf ({exc})") from exc
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        start = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - start
+        tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        (path,) = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
+        space.ParseFromString(Path(path).read_bytes())
+    ops, count = collections.Counter(), collections.Counter()
+    executing = 0.0
+    for plane in space.planes:
+        names = {k: v.name for k, v in plane.event_metadata.items()}
+        for line in plane.lines:
+            events = [
+                (names.get(e.metadata_id, "?"), e.offset_ps, e.duration_ps) for e in line.events
+            ]
+            # (the calling thread runs some of a program's operations itself)
+            executing += sum(d for n, _, d in events if n == "CpuExecutable::ExecuteAsyncOnStream")
+            total, n = self_times(events)
+            for name, ps in total.items():
+                if not name.startswith(_RUNTIME):
+                    base = name.rsplit(".", 1)[0] if name.rsplit(".", 1)[-1].isdigit() else name
+                    ops[base] += ps * 1e-12
+                    count[base] += n[name]
+    return ops, count, executing * 1e-12, wall - executing * 1e-12
+
+
+def profile_case(case: Case) -> tuple:
+    """:func:`profile` of one resumed driver run and of one bare call."""
+    return profile(case.driver), profile(case.bare)
+
+
+def print_profile(kind: str, grid: int, case: Case, profiles: tuple, rows: int = 15) -> None:
+    """The driver's compiled operations against the bare kernel's (:func:`profile_case`)."""
+    (drv, drv_n, drv_exec, drv_host), (bare, bare_n, bare_exec, bare_host) = profiles
+    per = 1e6 / case.transitions  # seconds of the run -> microseconds per transition
+    chunks = math.ceil(case.transitions / case.sampler.settings.chunk_size)
+    print(
+        f"\n{kind} {grid}³ under the profiler (one resumed driver run, one bare call), us "
+        f"per transition: the programs' execution {per * drv_exec:.1f} (driver) / "
+        f"{per * bare_exec:.1f} (bare), their operations' self time summed over threads "
+        f"{per * sum(drv.values()):.1f} / {per * sum(bare.values()):.1f}; outside the "
+        f"programs {1e3 * drv_host / chunks:.2f} ms per chunk of the driver (its whole "
+        f"run: restore, checkpoints, sink) / {1e3 * bare_host:.2f} ms in the bare call"
+    )
+    names = sorted(set(drv) | set(bare), key=lambda k: bare[k] - drv[k])
+    head = ("driver - bare", "driver", "(count)", "bare", "(count)")
+    print(
+        "  "
+        + " ".join(f"{h:>{w}}" for h, w in zip(head, (13, 9, 8, 9, 8), strict=True))
+        + "  operation"
+    )
+    for name in names[:rows]:
+        print(
+            f"  {per * (drv[name] - bare[name]):>13.2f} {per * drv[name]:>9.2f} "
+            f"{drv_n[name]:>8d} {per * bare[name]:>9.2f} {bare_n[name]:>8d}  {name[:60]}"
+        )
 
 
 def ratio_interval(driver, bare, level=0.9, resamples=4000, seed=0):

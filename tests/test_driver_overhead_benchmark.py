@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.load_script import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location(
-        "driver_overhead", ROOT / "benchmarks" / "driver_overhead.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "driver_overhead.py", "driver_overhead")
 
 
 @pytest.mark.slow
@@ -50,3 +46,21 @@ def test_ratio_interval_covers_the_true_ratio_and_narrows():
     assert module.verdict(1.0, 1.09) == "shown met"
     assert module.verdict(1.11, 1.2) == "shown NOT met"
     assert module.verdict(1.05, 1.15) == "not shown either way"
+
+
+def test_self_times_take_nested_events_out_of_their_parents():
+    """A loop's self time is its duration less that of the operations inside it, nested
+    at any depth; disjoint events of one name add up, and counts are per event."""
+    module = _module()
+    events = [
+        ("while", 0, 100),  # holds a fusion (10), a conditional (30) with an fft (25) in it
+        ("fusion", 5, 10),
+        ("cond", 20, 30),
+        ("fft", 22, 25),
+        ("fusion", 120, 7),  # after the loop
+        ("while", 130, 4),
+    ]
+    total, count = module.self_times(events)
+    assert total == {"while": 100 - 10 - 30 + 4, "fusion": 17, "cond": 5, "fft": 25}
+    assert sum(total.values()) == 100 + 7 + 4  # every picosecond once
+    assert count == {"while": 2, "fusion": 2, "cond": 1, "fft": 1}
