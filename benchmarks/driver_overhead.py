@@ -28,13 +28,14 @@ scatter by ±10–20% on a shared box, so each row also gives the median of the 
 ratios and its bootstrap interval over the repeats: the target is shown met only when
 the whole interval is at or below it.
 
-``--profile``: after the timings, one driver run and one bare call per case under
-TensorFlow's profiler; the compiled programs' operations (XLA:CPU thunks, by name
-without their numeric suffix) are summed by self time (a loop's or conditional's own
-time, without the operations inside it), and the rows where the driver spends the most
-over the bare kernel are printed in microseconds per transition, with the time the
-driver's process spends outside its compiled programs per chunk (the calls' dispatch,
-the traces' copies to the host).
+``--profile``: after the timings, one resumed driver run and one bare call per case
+under TensorFlow's profiler. Their events are summed by name (the numeric suffix
+dropped) and self time (a loop's or conditional's own time, without the operations
+inside it): the compiled programs' operations (XLA:CPU thunks) and TensorFlow's own
+events around them (a function's dispatch, e.g. ``_chunk_impl_both``). The rows where
+the driver spends the most over the bare kernel are printed in microseconds per
+transition, with the time outside the programs' execution per chunk (for the driver
+its whole resumed run: restore, dispatch, the traces' copies, checkpoints, sink).
 """
 
 from __future__ import annotations
@@ -339,14 +340,15 @@ def self_times(events) -> tuple[collections.Counter, collections.Counter]:
     return total, count
 
 
-# Profiler events that are not compiled operations (runtime, Python, TensorFlow ops).
+# Runtime events that hold the operations (their self time is the runtime's own).
 _RUNTIME = ("ThunkExecutor", "Eager", "TFE_", "CpuExecutable", "BlockUntilReady", "KernelAndDevice")
 
 
 def profile(fn) -> tuple[collections.Counter, collections.Counter, float, float]:
-    """``fn()`` under TensorFlow's profiler: (self time in seconds, count) per compiled
-    operation (numeric suffix dropped, summed over threads), and the seconds of ``fn``
-    inside and outside the compiled programs' execution."""
+    """``fn()`` under TensorFlow's profiler: (self time in seconds, count) per event
+    name (numeric suffix dropped, summed over threads; compiled operations and
+    TensorFlow's events, not the executor's), and the seconds of ``fn`` inside and
+    outside the compiled programs' execution."""
     try:
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
     except ImportError as exc:  # an internal module: TensorFlow may move it
@@ -385,14 +387,14 @@ def profile_case(case: Case) -> tuple:
 
 
 def print_profile(kind: str, grid: int, case: Case, profiles: tuple, rows: int = 15) -> None:
-    """The driver's compiled operations against the bare kernel's (:func:`profile_case`)."""
+    """The driver's operations against the bare kernel's (:func:`profile_case`)."""
     (drv, drv_n, drv_exec, drv_host), (bare, bare_n, bare_exec, bare_host) = profiles
     per = 1e6 / case.transitions  # seconds of the run -> microseconds per transition
     chunks = math.ceil(case.transitions / case.sampler.settings.chunk_size)
     print(
         f"\n{kind} {grid}³ under the profiler (one resumed driver run, one bare call), us "
         f"per transition: the programs' execution {per * drv_exec:.1f} (driver) / "
-        f"{per * bare_exec:.1f} (bare), their operations' self time summed over threads "
+        f"{per * bare_exec:.1f} (bare), the events' self time summed over threads "
         f"{per * sum(drv.values()):.1f} / {per * sum(bare.values()):.1f}; outside the "
         f"programs {1e3 * drv_host / chunks:.2f} ms per chunk of the driver (its whole "
         f"run: restore, checkpoints, sink) / {1e3 * bare_host:.2f} ms in the bare call"
