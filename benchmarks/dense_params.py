@@ -90,10 +90,7 @@ def run_row(
     start = time.perf_counter()
     field_grads = 0
     if config.sampler.field_warmup > 0:  # counted with the warm-up
-        j = model.latent_names.index("field")
-        init, field_grads = workflow.field_warmup(
-            config, model, data, init, sampler.initial_scales[j]
-        )
+        init, field_grads = workflow.field_warmup(config, model, data, init, sampler.initial_scales)
     with tempfile.TemporaryDirectory() as d:
         summary = sampler.run(sink, Path(d), init, progress=False)
     seconds = time.perf_counter() - start

@@ -713,22 +713,21 @@ def initial_state(config: cfg.Config, built: Built, data: np.ndarray):
         )
     ]
     if config.sampler.field_warmup > 0 and built.state_fn is None:
-        j = built.model.latent_names.index("field")
-        init, _ = field_warmup(config, built.model, data, init, built.sampler.initial_scales[j])
+        init, _ = field_warmup(config, built.model, data, init, built.sampler.initial_scales)
     if built.state_fn is not None:
         init = built.state_fn(init)
     return iter(init)  # an exhausted list iterator drops its list
 
 
-def field_warmup(config: cfg.Config, model, data, init: list[np.ndarray], field_scale):
+def field_warmup(config: cfg.Config, model, data, init: list[np.ndarray], scales):
     """``sampler.field_warmup``: the configured kind on the field alone, for that many
     warm-up transitions with its own tuning, every sampled scalar held at its value in
-    ``init`` (per chain), the field's metric scale ``field_scale`` (the run's sampler's
-    ``initial_scales``: not made again, which under a conditional parametrisation
-    repeats the Laplace fit of the sampled parameters). Returns ``(init with the field
-    it ends at, gradient evaluations spent)``. As the field-level benchmark's first
-    warm-up: the field moves toward the data before the parameters are free to make up
-    for a poor one."""
+    ``init`` (per chain), the field's part of the metric ``scales`` (the run's sampler's
+    ``initial_scales``, per latent: not made again, which under a conditional
+    parametrisation repeats the Laplace fit of the sampled parameters). Returns
+    ``(init with the field it ends at, gradient evaluations spent)``. As the field-level
+    benchmark's first warm-up: the field moves toward the data before the parameters
+    are free to make up for a poor one."""
     import dataclasses
     import tempfile
 
@@ -757,7 +756,7 @@ def field_warmup(config: cfg.Config, model, data, init: list[np.ndarray], field_
         field_target,
         settings,
         ("field",),
-        [field_scale],
+        [scales[j]],
         metric_groups=None if groups is None else [groups[j]],
     )
     before = float(np.mean(target(*held)))
