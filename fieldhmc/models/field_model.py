@@ -525,6 +525,11 @@ class FieldModel(abc.ABC):
         field, see :class:`~fieldhmc.models.ForwardFieldModel`)."""
         return self._log_likelihood(self._delta(field, hp, c, lc), hp, c, lc)
 
+    def _likelihood_makes_delta(self) -> bool:
+        """:meth:`_log_likelihood_of_field` is :meth:`_log_likelihood` of
+        :meth:`_delta` (this class's; not a subclass's own)."""
+        return type(self)._log_likelihood_of_field is FieldModel._log_likelihood_of_field
+
     def field_from_latents(self, *latents) -> tf.Tensor:
         """The overdensity :math:`\\delta(x)` of latents (batch-aware).
 
@@ -1309,20 +1314,46 @@ class PinnedTarget:
         return self._data
 
     def __call__(self, *latents) -> tf.Tensor:
+        return self._log_prob(latents, with_field=False)[0]
+
+    @property
+    def computes_field(self) -> bool:
+        """The log density makes :math:`\\delta` on its way (the default likelihood of
+        the real-space field): :meth:`log_prob_and_field` returns it at no extra cost."""
+        return self.model._likelihood_makes_delta()
+
+    def log_prob_and_field(self, *latents) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(log density, delta)`` from one evaluation: the call's value and
+        :meth:`field_from_latents` (to rounding), for a model whose log density makes the
+        field (:attr:`computes_field`)."""
+        if not self.computes_field:
+            raise ValueError(
+                f"{type(self.model).__name__}'s log density does not make the field: "
+                "use field_from_latents"
+            )
+        return self._log_prob(latents, with_field=True)
+
+    def _log_prob(self, latents, with_field: bool):
         m = self.model
         field, hp = m._unpack(latents)
         lc = self._data_constants()
+        if with_field:  # FieldModel._log_likelihood_of_field, with delta kept
+            delta = m._delta(field, hp, self._constants, lc)
+            likelihood = m._log_likelihood(delta, hp, self._constants, lc)
+        else:
+            delta = None
+            likelihood = m._log_likelihood_of_field(field, hp, self._constants, lc)
         log_prob = (
             m._log_prior_hypers(m._hyper_latents(latents))
             + m._log_prior_field(field, hp, self._constants, lc)
-            + m._log_likelihood_of_field(field, hp, self._constants, lc)
+            + likelihood
         )
         ok = m._in_support(hp)
-        if ok is None:
-            return log_prob
-        # outside the parameters' physical domain: -inf (the model evaluates clipped
-        # values there, so the discarded branch and its gradient are finite)
-        return tf.where(ok, log_prob, tf.constant(-np.inf, tf.float64))
+        if ok is not None:
+            # outside the parameters' physical domain: -inf (the model evaluates clipped
+            # values there, so the discarded branch and its gradient are finite)
+            log_prob = tf.where(ok, log_prob, tf.constant(-np.inf, tf.float64))
+        return log_prob, delta
 
     def field_from_latents(self, *latents) -> tf.Tensor:
         """:meth:`FieldModel.field_from_latents` given these data (batch-aware)."""

@@ -571,6 +571,10 @@ class ForwardFieldModel(FieldModel):
         mu = self._predict_from_modes(modes, hp)
         return self.likelihood.log_prob(mu, lc, self._sigma2_for_likelihood(hp, c))
 
+    def _likelihood_makes_delta(self) -> bool:
+        own = type(self)._log_likelihood_of_field is ForwardFieldModel._log_likelihood_of_field
+        return own and self._from_modes is None  # else the likelihood reads the modes
+
     def _data_distribution(self, delta, hp, c):
         mu = self.predict(delta, hp)
         return self.likelihood.distribution(mu, self._sigma2_for_likelihood(hp, c))

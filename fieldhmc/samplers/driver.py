@@ -183,7 +183,11 @@ class FieldOutputs:
     Parameters
     ----------
     field_fn : callable
-        ``(*x_parts) -> field [chains, n0, n1, n2]`` (real).
+        ``(*x_parts) -> field [chains, n0, n1, n2]`` (real). When it is the sampler's
+        target's ``field_from_latents`` and the target makes that field on its way
+        (``computes_field``; its ``log_prob_and_field`` gives both, as
+        :class:`~fieldhmc.models.field_model.PinnedTarget` does), mclmc's chunks read the
+        field of each draw from the kernel's last evaluation instead of calling it.
     power_fn : callable
         ``field -> [chains, nbins]`` binned power spectrum of each chain's draw
         (``modes -> ...`` with ``modes_fn``).
@@ -767,23 +771,49 @@ class Sampler:
         return to_u
 
     # -- compiled pieces -------------------------------------------------------------
-    def _kernel(self, metric, reference, dtype, step_size):
+    def _field_from_kernel(self) -> bool:
+        """Whether a chunk's field outputs read the field the kernel's last evaluation
+        made (its ``one_step_with_aux``) instead of transforming the state again: the
+        target's log density makes exactly ``field_fn``'s field (``computes_field``,
+        e.g. :class:`~fieldhmc.models.field_model.PinnedTarget`), and the kind's kernel
+        passes it out (mclmc: the integrator's end point is the new state). One
+        ``irfft3d`` of the chains' fields per stored draw, about 4% of an mclmc transition
+        (two gradients) at 16³."""
+        target, fo = self.target_log_prob_fn, self.field_outputs
+        kernel_class = getattr(self.settings.sampler_kind, "kernel_class", None)
+        return (
+            fo is not None
+            and getattr(target, "computes_field", False)
+            and fo.field_fn == getattr(target, "field_from_latents", None)
+            and kernel_class is not None
+            and hasattr(kernel_class(), "one_step_with_aux")
+        )
+
+    def _kernel(self, metric, reference, dtype, step_size, with_field=False):
+        """The kind's kernel on the whitened target; ``with_field``: its target returns
+        ``(log p, field)`` (:meth:`_field_from_kernel`)."""
         s = self.settings
         scales, factor = self._split_metric(metric)
-        target = whiten(self.target_log_prob_fn, scales, reference, dtype)
+        if with_field:
+            target = whiten(
+                self.target_log_prob_fn.log_prob_and_field, scales, reference, dtype, True
+            )
+        else:
+            target = whiten(self.target_log_prob_fn, scales, reference, dtype)
         if factor is not None:
             whitened, idx = target, self._dense_idx
 
             def target(*u_parts):
                 return whitened(*dense_metric.mix(u_parts, factor, idx))
 
-        return s.sampler_kind.build_kernel(
+        kernel = s.sampler_kind.build_kernel(
             target,
             s.kind_options,
             step_size=step_size,
             num_adaptation_steps=s.num_burnin_steps,
             dimension=sum(math.prod(sc.shape) for sc in scales),
         )
+        return kernel.copy(target_has_aux=True) if with_field else kernel
 
     def _lp64_impl(self, x_parts):
         return tf.cast(self.target_log_prob_fn(*x_parts), tf.float64)
@@ -834,12 +864,13 @@ class Sampler:
         u_parts = self._to_u_fn(scales)(carry.read("x"))
         results = shift_target_log_prob(carry.read("results"), delta)
         dtype = u_parts[0].dtype
-        kernel = self._kernel(scales, reference, dtype, tf.constant(s.step_size, dtype))
+        fo = self.field_outputs if phase != "warmup" else None
+        tap = fo is not None and self._field_from_kernel()
+        kernel = self._kernel(scales, reference, dtype, tf.constant(s.step_size, dtype), tap)
         if phase == "sampling":
             kernel = s.sampler_kind.sampling_kernel(kernel)
         k = s.chunk_size
         chains = s.num_chains
-        fo = self.field_outputs if phase != "warmup" else None
         scalar_idx = [i for i, u in enumerate(u_parts) if u.shape.rank == 1]
 
         # Every per-draw trace goes in one float64 buffer [k, chains, columns], one
@@ -896,7 +927,12 @@ class Sampler:
             step_seed = tf.random.experimental.stateless_fold_in(seed, step)
             lp_prev = s.sampler_kind.target_log_prob_of(res)
             # The loop carries slim results (no proposal, no momenta: see slim_results).
-            u, res = kernel.one_step(u, expand_results(res), seed=step_seed)
+            if tap:  # the field at the step's end point, and whether every chain is there
+                u, res, tapped = kernel.one_step_with_aux(u, expand_results(res), seed=step_seed)
+                field_in = (tapped, tf.cast(tf.reduce_all(res.is_accepted), tf.int32))
+            else:
+                u, res = kernel.one_step(u, expand_results(res), seed=step_seed)
+                field_in = ()
             st = s.sampler_kind.step_stats(res, lp_prev)
             res = slim_results(res)
             carried = dict(carried)
@@ -968,8 +1004,16 @@ class Sampler:
                 # and the stored-field buffer in place. A tf.cond materialised a zero field
                 # on the others and copied the moments through itself, and the buffer's
                 # slot was rewritten every transition (~3 field passes per transition).
-                def with_field(state, u_in):
-                    field = fo.field_fn(*to_x(u_in))
+                def with_field(state, u_in, *tap_in):
+                    if tap_in:  # the kernel's field, made again where a step was undone
+                        field = _loop_if(
+                            tf.equal(tap_in[1], 0),
+                            lambda _, u_now: fo.field_fn(*to_x(u_now)),
+                            tap_in[0],
+                            (u_in,),
+                        )
+                    else:
+                        field = fo.field_fn(*to_x(u_in))
                     state = dict(state)
                     if "stats" in state:
                         state["stats"] = _cond(
@@ -999,7 +1043,10 @@ class Sampler:
                 if fo.modes_fn is None:  # P(k) and tracked modes read the field
                     state["stats"] = no_field_stats()
                 state = _loop_if(
-                    traced(_any(field_for_trace, is_moment, keep)), with_field, state, (u,)
+                    traced(_any(field_for_trace, is_moment, keep)),
+                    with_field,
+                    state,
+                    (u, *field_in),
                 )
                 if fo.modes_fn is None:
                     out = state.pop("stats")

@@ -53,6 +53,7 @@ def whiten(
     scales: Sequence[tf.Tensor],
     reference: tf.Tensor,
     dtype: tf.DType,
+    with_aux: bool = False,
 ) -> Callable[..., tf.Tensor]:
     """Target on whitened coordinates ``u = x / scale``, shifted and cast.
 
@@ -70,12 +71,17 @@ def whiten(
         log density at the start of the chunk) is removed.
     dtype : tf.DType
         The state dtype; the returned log density has it too (TFP requires it).
+    with_aux : bool
+        ``target_log_prob_fn`` returns ``(log p, aux)``; so does the whitened target
+        (``aux`` as it is).
     """
 
     def fn(*u_parts):
         x_parts = [u * s for u, s in zip(u_parts, scales, strict=True)]
-        lp = tf.cast(target_log_prob_fn(*x_parts), tf.float64)
-        return tf.cast(lp - reference, dtype)
+        out = target_log_prob_fn(*x_parts)
+        lp, aux = out if with_aux else (out, None)
+        lp = tf.cast(tf.cast(lp, tf.float64) - reference, dtype)
+        return (lp, aux) if with_aux else lp
 
     return fn
 

@@ -595,6 +595,7 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         name: str | None = None,
         field_ops: TunerFieldOps | None = None,
         warmup_stop: str = "fixed",
+        target_has_aux: bool = False,
     ):
         if warmup_stop not in WARMUP_STOPS:
             raise ValueError(f"warmup_stop must be one of {WARMUP_STOPS}, got {warmup_stop!r}")
@@ -615,6 +616,7 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
             name=name,
             field_ops=field_ops,
             warmup_stop=warmup_stop,
+            target_has_aux=target_has_aux,
         )
         self._field_ops = field_ops or TunerFieldOps(
             self._moments, self._total_variance, self._record
@@ -658,8 +660,20 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         return self._parameters["warmup_stop"] == "converged" and min(lengths, default=0) >= 2
 
     def _value_and_grad(self, x):
-        lp, g = tfp.math.value_and_gradient(lambda *p: self.target_log_prob_fn(*p), x)
-        return lp, list(g)
+        lp, g, _ = self._value_grad_aux(x)
+        return lp, g
+
+    def _value_grad_aux(self, x):
+        """``(lp, gradients, aux)``: ``aux`` what a ``target_has_aux`` target returns
+        beside the log density (made by the same evaluation), else None."""
+        if not self._parameters["target_has_aux"]:
+            lp, g = tfp.math.value_and_gradient(lambda *p: self.target_log_prob_fn(*p), x)
+            return lp, list(g), None
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(x)
+            lp, aux = self.target_log_prob_fn(*x)
+        g = tape.gradient(lp, x, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return lp, list(g), aux
 
     def _maybe_tune(self, r, x, statistic, finite, dim, lp_change=None):
         """:meth:`_tune` (its only caller) on warm-up transitions; after warm-up the step,
@@ -830,6 +844,14 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         return ends[2] - ends[1]
 
     def one_step(self, current_state, previous_kernel_results, seed=None):
+        state, results, _ = self.one_step_with_aux(current_state, previous_kernel_results, seed)
+        return state, results
+
+    def one_step_with_aux(self, current_state, previous_kernel_results, seed=None):
+        """:meth:`one_step`, and the target's ``aux`` (``target_has_aux``; else None) at
+        the integrator's end point: the new state where ``is_accepted``, not where the
+        step was undone (there the state is the previous one). The driver reads the field
+        a transition stores from it instead of transforming the state again."""
         r = previous_kernel_results
         seed = tfp.random.sanitize_seed(seed)
         refresh_seed, nan_seed = tfp.random.split_seed(seed)
@@ -837,7 +859,14 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         dim = _dimension(x0)
         dtype = x0[0].dtype
         eps, big_l = r.step_size, r.trajectory_length
-        step = integrator_step(self._value_and_grad, self.integrator, dim)
+        taps = []  # the aux of each evaluation, traced in this graph: the last is the end's
+
+        def value_and_grad(x):
+            lp, g, aux = self._value_grad_aux(x)
+            taps.append(aux)
+            return lp, g
+
+        step = integrator_step(value_and_grad, self.integrator, dim)
         x, u, lp, g, dk = step(x0, r.velocity, r.grads_target_log_prob, eps)
         # Partial refresh: nu = sqrt((exp(2 eps / L) - 1) / d).
         nu = refresh_scale(eps, big_l, dim)
@@ -887,7 +916,7 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
             tuning=tuning,
             seed=seed,
         )
-        return tf.nest.pack_sequence_as(current_state, x), results
+        return tf.nest.pack_sequence_as(current_state, x), results, taps[-1]
 
     def _tune(self, r, x, energy_change, finite, dim):
         t = r.step

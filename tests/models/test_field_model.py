@@ -337,3 +337,40 @@ def test_poisson_precision_diag_uses_nbar_times_mean_mask(parametrization):
         np.testing.assert_allclose(diag[~is_mean], 1.0 / s_real[~is_mean] + w)
         np.testing.assert_allclose(model.prior_precision_diag()[~is_mean], 1.0 / s_real[~is_mean])
     assert np.all(diag[is_mean] == 1.0)
+
+
+@pytest.mark.parametrize("likelihood", ["gaussian_mask_map", "poisson_mask"])
+@pytest.mark.parametrize("parametrization", ["noncentred", "conditional"])
+def test_log_prob_and_field_is_the_call_and_the_field(likelihood, parametrization):
+    """``PinnedTarget.log_prob_and_field``: the target's value and ``field_from_latents``
+    from one evaluation (what mclmc's stored fields read), with sampled P(k) parameters;
+    a model whose likelihood reads the modes (a forward model's ``from_modes``) makes no
+    field and says so."""
+    from fieldhmc import models
+    from tests.models import user_forward
+    from tests.models.conftest import make_power
+
+    model, _ = build_model("even", likelihood, parametrization, sampled=True)
+    draw = model.sample(seed=[3, 4], sample_shape=3)
+    target = model.target_log_prob_fn(draw["data"][0])
+    latents = model.init_latents("prior", 3, seed=[5, 6])
+    assert target.computes_field
+    lp, field = target.log_prob_and_field(*latents)
+    np.testing.assert_allclose(lp.numpy(), target(*latents).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        field.numpy(), target.field_from_latents(*latents).numpy(), rtol=1e-12, atol=1e-12
+    )
+    grid = models.Grid((6, 6, 6), 60.0)
+    forward = user_forward.biased_tracer_with_modes
+    with_modes = models.ForwardFieldModel(
+        grid,
+        make_power(),
+        models.GaussianLikelihood(grid, 0.3),
+        forward,
+        {"bias": 1.7, "smoothing_cells": 0.8},
+        check_forward=False,
+    )
+    other = with_modes.target_log_prob_fn(with_modes.sample(seed=[5, 6])["data"])
+    assert not other.computes_field
+    with pytest.raises(ValueError, match="does not make the field"):
+        other.log_prob_and_field(*with_modes.init_latents("prior", 2, seed=[7, 8]))
