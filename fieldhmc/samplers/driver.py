@@ -776,9 +776,9 @@ class Sampler:
         made (its ``one_step_with_aux``) instead of transforming the state again: the
         target's log density makes exactly ``field_fn``'s field (``computes_field``,
         e.g. :class:`~fieldhmc.models.field_model.PinnedTarget`), and the kind's kernel
-        passes it out (mclmc: the integrator's end point is the new state). One
-        ``irfft3d`` of the chains' fields per stored draw, about 4% of an mclmc transition
-        (two gradients) at 16³."""
+        passes it out (mclmc: the integrator's end point is the new state). It saves one
+        ``irfft3d`` of the chains' fields per stored draw: mclmc's driver time fell about 3%
+        at 16³ (benchmarks/README.md)."""
         target, fo = self.target_log_prob_fn, self.field_outputs
         kernel_class = getattr(self.settings.sampler_kind, "kernel_class", None)
         return (
