@@ -794,12 +794,10 @@ class Sampler:
         ``(log p, field)`` (:meth:`_field_from_kernel`)."""
         s = self.settings
         scales, factor = self._split_metric(metric)
-        if with_field:
-            target = whiten(
-                self.target_log_prob_fn.log_prob_and_field, scales, reference, dtype, True
-            )
-        else:
-            target = whiten(self.target_log_prob_fn, scales, reference, dtype)
+        fn = self.target_log_prob_fn
+        target = whiten(
+            fn.log_prob_and_field if with_field else fn, scales, reference, dtype, with_field
+        )
         if factor is not None:
             whitened, idx = target, self._dense_idx
 
@@ -929,6 +927,7 @@ class Sampler:
             # The loop carries slim results (no proposal, no momenta: see slim_results).
             if tap:  # the field at the step's end point, and whether every chain is there
                 u, res, tapped = kernel.one_step_with_aux(u, expand_results(res), seed=step_seed)
+                # (int32: _loop_if's inputs are pinned by adding a zero, not for bools)
                 field_in = (tapped, tf.cast(tf.reduce_all(res.is_accepted), tf.int32))
             else:
                 u, res = kernel.one_step(u, expand_results(res), seed=step_seed)
