@@ -3,9 +3,11 @@
 Run: ``.venv/bin/python benchmarks/driver_overhead.py [--grids 16 64] [--repeats 5]``.
 
 For each kind (``hmc``, ``fieldnuts``, ``mclmc``, ``mams``) and grid, the quickstart
-config (Gaussian field, posterior metric, 4 chains, ``chunk_size`` 50, every draw's
-traces, P(k) and 8 tracked modes, a field draw every 3rd transition, the field's running
-moments every ``field_stats_every``-th) on an ``n``³ box is built by the workflow,
+config (Gaussian field, posterior metric, 4 chains, ``chunk_size`` auto -- 50, but
+mclmc 512 and hmc 81 at 16³ -- every draw's traces, P(k) and 8 tracked modes, a field
+draw every 3rd transition, the field's running moments every ``field_stats_every``-th)
+on an ``n``³ box is built by the workflow (``--set sampler.chunk_size=50`` for fixed
+chunks),
 warmed up through the driver (``--burnin`` transitions, the kind's own tuner) and
 checkpointed at the end of warm-up. Then, in one process, round-robin ``--repeats``
 times with a 0.3 s pause before each call, medians:
@@ -121,7 +123,7 @@ class Case:
         self.built = workflow.build(config, data, model=model)
         self.sampler = self.built.sampler
         self.warm = workdir / f"{kind}-{grid}-{len(list(workdir.iterdir()))}"
-        chunks = math.ceil(burnin / config.sampler.chunk_size)
+        chunks = math.ceil(burnin / self.sampler.settings.chunk_size)
         start = time.perf_counter()
         init = workflow.initial_state(config, self.built, data)
         self.sampler.run(MemorySink(), self.warm, init, progress=False, max_chunks=chunks)

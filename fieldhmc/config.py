@@ -1198,8 +1198,13 @@ class _SamplerCommon(BaseModel):
         ge=0,
     )
     seed: int = _count(0, "Sampler seed (>= 0).", ge=0)
-    chunk_size: int = _count(
-        50, "Steps per compiled chunk: draws reach the outputs after each (>= 1).", ge=1
+    chunk_size: int | Literal["auto"] = Field(
+        "auto",
+        description="Steps per compiled chunk: draws reach the outputs after each (>= 1), or "
+        "auto: 2^24 / (gradients per transition x chains x grid cells) transitions, within "
+        "50..1000 (mclmc with 4 chains: 512 at 16^3, 64 at 32^3, 50 from 64^3); 50 for kinds "
+        "whose gradients per transition are tuned (fieldnuts, mams). A chunk costs a few ms "
+        "besides its transitions, a few % of short chunks.",
     )
     checkpoint_seconds: float = _finite(
         30.0,
@@ -1209,6 +1214,15 @@ class _SamplerCommon(BaseModel):
         ge=0,
     )
     thin: int = _count(1, "Keep every thin-th draw (>= 1).", ge=1)
+
+    @field_validator("chunk_size", mode="before")
+    @classmethod
+    def _chunk_size_or_auto(cls, value: object) -> object:
+        if value == "auto" or (
+            isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        ):
+            return value
+        raise _field_error("", f"must be an integer >= 1 or auto (got {_show(value)})")
 
     @property
     def sampler_kind(self) -> kinds.SamplerKind:

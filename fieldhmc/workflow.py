@@ -8,6 +8,7 @@ here parses arguments or prints tables beyond the diagnostics report.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import logging
@@ -354,9 +355,10 @@ def simulate(config: cfg.Config, out_dir: Path, overwrite: bool = False) -> io.R
 # --- the pipeline: build -> sample -> export (-> diagnose -> plot) ---------------------
 def _settings(config: cfg.Config, num_results: int | None = None):
     from fieldhmc.samplers import SamplerSettings
+    from fieldhmc.samplers.driver import auto_chunk_size
 
     s = config.sampler
-    return SamplerSettings(
+    settings = SamplerSettings(
         kind=s.kind,
         num_chains=s.num_chains,
         num_burnin_steps=s.num_burnin_steps,
@@ -364,13 +366,17 @@ def _settings(config: cfg.Config, num_results: int | None = None):
         step_size=s.step_size,
         adapt_diagonal=s.preconditioner in ("diagonal", "dense_params"),
         adapt_dense_params=s.preconditioner == "dense_params",
-        chunk_size=s.chunk_size,
+        chunk_size=50 if s.chunk_size == "auto" else s.chunk_size,
         checkpoint_seconds=s.checkpoint_seconds,
         thin=s.thin,
         field_thin=config.outputs.field_thin,
         seed=s.seed,
         **s.sampler_kind.driver_options(s),
     )
+    if s.chunk_size == "auto":
+        size = auto_chunk_size(settings, math.prod(config.grid.shape))
+        settings = dataclasses.replace(settings, chunk_size=size)
+    return settings
 
 
 def _metric_groups(config: cfg.Config, model, settings) -> list | None:

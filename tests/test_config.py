@@ -166,7 +166,8 @@ def test_defaults() -> None:
     assert not hasattr(sampler, "max_tree_depth") and not hasattr(sampler, "step_size_jitter")
     assert sampler.target_accept_prob == 0.65
     assert (sampler.step_size, sampler.preconditioner, sampler.init) == (0.1, "posterior", "prior")
-    assert (sampler.init_jitter, sampler.seed, sampler.chunk_size, sampler.thin) == (0.0, 0, 50, 1)
+    assert (sampler.init_jitter, sampler.seed, sampler.thin) == (0.0, 0, 1)
+    assert sampler.chunk_size == "auto"
     assert config.outputs.directory == Path.cwd() / "runs" / "default"
     assert config.outputs.store_fields is True
     assert (config.outputs.field_thin, config.outputs.tracked_modes) == (10, 8)
@@ -816,7 +817,10 @@ _MALFORMED: list[tuple[str, dict[str, Any], str, str]] = [
     ("results-string", _with(sampler__num_results="500"), "sampler.num_results", "'500'"),
     ("results-bool", _with(sampler__num_results=True), "sampler.num_results", "got true"),
     ("thin-zero", _with(sampler__thin=0), "sampler.thin", ">= 1"),
-    ("chunk-zero", _with(sampler__chunk_size=0), "sampler.chunk_size", ">= 1"),
+    ("chunk-zero", _with(sampler__chunk_size=0), "sampler.chunk_size", ">= 1 or auto (got 0)"),
+    ("chunk-word", _with(sampler__chunk_size="big"), "sampler.chunk_size", "(got 'big')"),
+    ("chunk-float", _with(sampler__chunk_size=2.5), "sampler.chunk_size", "(got 2.5)"),
+    ("chunk-bool", _with(sampler__chunk_size=True), "sampler.chunk_size", "(got true)"),
     (
         "checkpoint-seconds-negative",
         _with(sampler__checkpoint_seconds=-1.0),

@@ -418,3 +418,25 @@ def test_posterior_metric_block_of_a_forward_model_is_the_fiducial_fisher():
     shipped = load_config(ROOT / "configs" / "galaxy_clustering_16.yaml", ["grid.shape=[8,8,8]"])
     assert shipped.sampler.preconditioner == "diagonal"
     assert workflow._hyper_block(shipped, model, data) is None
+
+
+@pytest.mark.parametrize(
+    ("sampler", "cells", "expected"),
+    [
+        ({"kind": "mclmc"}, 16, 512),  # auto: 2**24 / (2 gradients x 4 chains x 16³)
+        ({"kind": "mclmc"}, 32, 64),
+        ({"kind": "mclmc", "chunk_size": 50}, 16, 50),  # a number is used as given
+        ({"kind": "mclmc", "chunk_size": 7}, 32, 7),
+        ({"kind": "fieldnuts"}, 16, 50),  # gradients per transition tuned: 50
+        ({"kind": "hmc", "num_leapfrog_steps": 24, "jitter_leapfrog": True}, 16, 81),
+        ({"kind": "hmc", "num_leapfrog_steps": 24, "jitter_leapfrog": True}, 32, 50),
+    ],
+)
+def test_settings_resolve_chunk_size(tmp_path, sampler, cells, expected):
+    """The config's ``chunk_size`` auto (the default) becomes the driver's chunk length
+    for the kind and grid (:func:`~fieldhmc.samplers.driver.auto_chunk_size`); a number
+    is used as given."""
+    from fieldhmc.config import config_from_dict
+
+    raw = {"grid": {"shape": [cells] * 3}, "sampler": {"num_results": 1000, **sampler}}
+    assert workflow._settings(config_from_dict(raw, tmp_path)).chunk_size == expected

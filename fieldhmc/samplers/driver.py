@@ -81,6 +81,7 @@ __all__ = [
     "TraceSink",
     "XlaChunkRunner",
     "adaptation_windows",
+    "auto_chunk_size",
     "field_stats_every",
     "separate_sampling_program_for",
     "stateless_seed",
@@ -360,6 +361,38 @@ def field_buffer_slots(settings: SamplerSettings, field_bytes_all_chains: int) -
     """
     wanted = math.ceil(settings.chunk_size / settings.field_thin)
     return max(1, min(wanted, FIELD_BUFFER_BYTES // max(1, field_bytes_all_chains)))
+
+
+# ``chunk_size`` "auto" (the config's default). A chunk costs more than its transitions:
+# the compiled program's call and the host's work around it, ~2-3 ms at 16³, 5-8% of a
+# 50-transition mclmc chunk there (benchmarks/README.md, session 35). Chunks of cheap
+# transitions are therefore made longer: about CHUNK_WORK gradient evaluations of one
+# latent coordinate (gradients per transition x chains x coordinates), ~0.35 s at 16³
+# on 2 CPU cores, and never shorter than the previous default.
+CHUNK_SIZE_MIN, CHUNK_SIZE_MAX, CHUNK_WORK = 50, 1000, 2**24
+
+
+def auto_chunk_size(settings: SamplerSettings, latent_size: int) -> int:
+    """The chunk length of ``chunk_size`` "auto": ``CHUNK_WORK / (gradients per transition
+    x chains x latent_size)`` transitions, within [50, 1000]; 50 where the kind's
+    gradients per transition are tuned or vary
+    (:meth:`~fieldhmc.samplers.kinds.SamplerKind.gradients_per_transition` None: NUTS,
+    mams). With 4 chains: mclmc 512 at 16³, 64 at 32³, 50 from 64³; jittered hmc with 24
+    leapfrog steps 81 at 16³, 50 from 32³. Not capped by the run's length: an extended
+    run (``resume --num-results``) keeps its chunks.
+
+    Parameters
+    ----------
+    settings : SamplerSettings
+        Its ``chunk_size`` is not read.
+    latent_size : int
+        Latent coordinates of one chain (e.g. the grid's cells).
+    """
+    gradients = settings.sampler_kind.gradients_per_transition(settings)
+    if not gradients:
+        return CHUNK_SIZE_MIN
+    length = int(CHUNK_WORK // (gradients * settings.num_chains * max(1, latent_size)))
+    return max(CHUNK_SIZE_MIN, min(CHUNK_SIZE_MAX, length))
 
 
 def _chunk_bounds(

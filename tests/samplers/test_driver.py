@@ -745,6 +745,31 @@ def test_separate_sampling_program_rule():
     assert sampler._chunk is not sampler._sampling_chunk
 
 
+def test_auto_chunk_size():
+    """``chunk_size`` auto: 2**24 / (gradients per transition x chains x coordinates)
+    transitions, within [50, 1000]; 50 where the kind's gradients per transition are
+    tuned. Expected values worked out by hand."""
+    from fieldhmc.samplers.driver import auto_chunk_size
+
+    def size(kind, cells, results=1000, burnin=200, **options):
+        s = SamplerSettings(
+            kind=kind, num_chains=4, num_results=results, num_burnin_steps=burnin, **options
+        )
+        return auto_chunk_size(s, cells)
+
+    # mclmc, minimal norm (2 gradients): 2**24 / (2 * 4 * 16**3) = 512; 32³: 64; 64³: 8
+    assert (size("mclmc", 16**3), size("mclmc", 32**3), size("mclmc", 64**3)) == (512, 64, 50)
+    assert size("mclmc", 16**3, integrator="leapfrog") == 1000  # 1024, capped
+    # not capped by the run's length: an extended run keeps its chunks
+    assert size("mclmc", 8**3, results=20, burnin=10) == size("mclmc", 8**3) == 1000
+    # jittered hmc, 24 steps: (24 + 1) / 2 gradients on average -> 81.92 at 16³
+    assert size("hmc", 16**3, num_leapfrog_steps=24, jitter_leapfrog=True) == 81
+    assert size("hmc", 32**3, num_leapfrog_steps=24, jitter_leapfrog=True) == 50
+    assert size("hmc", 8**3, num_leapfrog_steps=2) == 1000  # 2**24 / 4096, capped
+    for kind in ("fieldnuts", "mams", "nuts"):  # gradients per transition tuned or varying
+        assert size(kind, 8**3) == 50
+
+
 def test_field_outputs_are_not_hoisted_out_of_their_loops(tmp_path):
     """The field outputs' work sits in loops of zero or one trips (``_loop_if``); XLA's
     loop-invariant code motion hoists what such a loop computes from its closure into
