@@ -355,7 +355,7 @@ def simulate(config: cfg.Config, out_dir: Path, overwrite: bool = False) -> io.R
 # --- the pipeline: build -> sample -> export (-> diagnose -> plot) ---------------------
 def _settings(config: cfg.Config, num_results: int | None = None):
     from fieldhmc.samplers import SamplerSettings
-    from fieldhmc.samplers.driver import auto_chunk_size
+    from fieldhmc.samplers.driver import CHUNK_SIZE_MIN, auto_chunk_size
 
     s = config.sampler
     settings = SamplerSettings(
@@ -366,7 +366,7 @@ def _settings(config: cfg.Config, num_results: int | None = None):
         step_size=s.step_size,
         adapt_diagonal=s.preconditioner in ("diagonal", "dense_params"),
         adapt_dense_params=s.preconditioner == "dense_params",
-        chunk_size=50 if s.chunk_size == "auto" else s.chunk_size,
+        chunk_size=CHUNK_SIZE_MIN if s.chunk_size == "auto" else s.chunk_size,
         checkpoint_seconds=s.checkpoint_seconds,
         thin=s.thin,
         field_thin=config.outputs.field_thin,

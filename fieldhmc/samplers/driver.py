@@ -368,7 +368,7 @@ def field_buffer_slots(settings: SamplerSettings, field_bytes_all_chains: int) -
 # 50-transition mclmc chunk there (benchmarks/README.md, session 35). Chunks of cheap
 # transitions are therefore made longer: about CHUNK_WORK gradient evaluations of one
 # latent coordinate (gradients per transition x chains x coordinates), ~0.35 s at 16³
-# on 2 CPU cores, and never shorter than the previous default.
+# on 2 CPU cores, and never fewer than 50 transitions.
 CHUNK_SIZE_MIN, CHUNK_SIZE_MAX, CHUNK_WORK = 50, 1000, 2**24
 
 
