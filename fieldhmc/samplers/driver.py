@@ -59,6 +59,7 @@ from fieldhmc.ops.gradient_registry import releases_custom_gradients
 from fieldhmc.samplers import dense_metric, kinds, metric_pooling
 from fieldhmc.samplers.checkpoint import load_checkpoint, save_checkpoint
 from fieldhmc.samplers.kernels import (
+    EndPointTap,
     expand_results,
     shift_target_log_prob,
     slim_results,
@@ -804,30 +805,46 @@ class Sampler:
         return to_u
 
     # -- compiled pieces -------------------------------------------------------------
-    def _field_from_kernel(self) -> bool:
-        """Whether a chunk's field outputs read the field the kernel's last evaluation
-        made (its ``one_step_with_aux``) instead of transforming the state again: the
-        target's log density makes exactly ``field_fn``'s field (``computes_field``,
-        e.g. :class:`~fieldhmc.models.field_model.PinnedTarget`), and the kind's kernel
-        passes it out (mclmc: the integrator's end point is the new state). It saves one
-        ``irfft3d`` of the chains' fields per stored draw: mclmc's driver time fell about 3%
-        at 16³ (benchmarks/README.md)."""
-        target, fo = self.target_log_prob_fn, self.field_outputs
-        kernel_class = getattr(self.settings.sampler_kind, "kernel_class", None)
-        return (
+    def _field_tap(self) -> str | None:
+        """How a chunk's field outputs read the field the kernel's own evaluations made,
+        instead of transforming the state again (one ``irfft3d`` of the chains' fields
+        less per field made), given that the target's log density makes exactly
+        ``field_fn``'s field (``computes_field``, e.g.
+        :class:`~fieldhmc.models.field_model.PinnedTarget`):
+
+        - ``"aux"``: the kernel passes it out (its ``one_step_with_aux``; mclmc, where
+          the integrator's end point is the new state). mclmc's driver time fell about
+          3% at 16³ (benchmarks/README.md).
+        - ``"proposal"``: the kind's ``field_at_proposal`` (hmc) and running moments on
+          every transition: an :class:`~fieldhmc.samplers.kernels.EndPointTap` reads the
+          proposal's field, which the chunk keeps per chain where it is accepted (the
+          field of the current state, carried through the chunk).
+        - None: the field is made from the state where an output needs it.
+        """
+        target, fo, s = self.target_log_prob_fn, self.field_outputs, self.settings
+        if not (
             fo is not None
             and getattr(target, "computes_field", False)
             and fo.field_fn == getattr(target, "field_from_latents", None)
-            and kernel_class is not None
-            and hasattr(kernel_class(), "one_step_with_aux")
-        )
+        ):
+            return None
+        kind = s.sampler_kind
+        kernel_class = getattr(kind, "kernel_class", None)
+        if kernel_class is not None and hasattr(kernel_class(), "one_step_with_aux"):
+            return "aux"
+        if kind.field_at_proposal and field_stats_every(s, fo.store_fields) == 1:
+            return "proposal"
+        return None
 
-    def _kernel(self, metric, reference, dtype, step_size, with_field=False):
-        """The kind's kernel on the whitened target; ``with_field``: its target returns
-        ``(log p, field)`` (:meth:`_field_from_kernel`)."""
+    def _kernel(self, metric, reference, dtype, step_size, tap=None):
+        """The kind's kernel on the whitened target, and the target's
+        :class:`~fieldhmc.samplers.kernels.EndPointTap` for ``tap`` ``"proposal"`` (else
+        None); ``tap`` ``"aux"``: the kernel's target returns ``(log p, field)``
+        (:meth:`_field_tap`)."""
         s = self.settings
         scales, factor = self._split_metric(metric)
         fn = self.target_log_prob_fn
+        with_field = tap is not None
         target = whiten(
             fn.log_prob_and_field if with_field else fn, scales, reference, dtype, with_field
         )
@@ -837,20 +854,23 @@ class Sampler:
             def target(*u_parts):
                 return whitened(*dense_metric.mix(u_parts, factor, idx))
 
+        end_point = EndPointTap(target) if tap == "proposal" else None
         kernel = s.sampler_kind.build_kernel(
-            target,
+            end_point or target,
             s.kind_options,
             step_size=step_size,
             num_adaptation_steps=s.num_burnin_steps,
             dimension=sum(math.prod(sc.shape) for sc in scales),
         )
-        return kernel.copy(target_has_aux=True) if with_field else kernel
+        if tap == "aux":
+            kernel = kernel.copy(target_has_aux=True)
+        return kernel, end_point
 
     def _lp64_impl(self, x_parts):
         return tf.cast(self.target_log_prob_fn(*x_parts), tf.float64)
 
     def _bootstrap_impl(self, u_parts, scales, reference, step_size):
-        kernel = self._kernel(scales, reference, u_parts[0].dtype, step_size)
+        kernel, _ = self._kernel(scales, reference, u_parts[0].dtype, step_size)
         return slim_results(kernel.bootstrap_results(list(u_parts)))
 
     def _chunk_impl(self, scales, reference, delta, seed, start, num_steps, num_burnin):
@@ -896,8 +916,10 @@ class Sampler:
         results = shift_target_log_prob(carry.read("results"), delta)
         dtype = u_parts[0].dtype
         fo = self.field_outputs if phase != "warmup" else None
-        tap = fo is not None and self._field_from_kernel()
-        kernel = self._kernel(scales, reference, dtype, tf.constant(s.step_size, dtype), tap)
+        tap = self._field_tap() if fo is not None else None
+        kernel, end_point = self._kernel(
+            scales, reference, dtype, tf.constant(s.step_size, dtype), tap
+        )
         if phase == "sampling":
             kernel = s.sampler_kind.sampling_kernel(kernel)
         k = s.chunk_size
@@ -938,6 +960,8 @@ class Sampler:
             if fo.store_fields:
                 carried["field_buf"] = tf.zeros([nslots, chains, *x_shape], dtype)
                 carried["nfields"] = tf.constant(0)
+            if tap == "proposal":  # the current state's field, kept per chain
+                carried["field_now"] = fo.field_fn(*x0)
         if phase != "sampling" and s.adapt_diagonal:
             carried["lw"] = carry.read("lw")
         widths = [w or 1 for _, _, w in layout]
@@ -958,7 +982,8 @@ class Sampler:
             step_seed = tf.random.experimental.stateless_fold_in(seed, step)
             lp_prev = s.sampler_kind.target_log_prob_of(res)
             # The loop carries slim results (no proposal, no momenta: see slim_results).
-            if tap:  # the field at the step's end point, and whether every chain is there
+            carried = dict(carried)
+            if tap == "aux":  # the field at the step's end point, and whether every chain is there
                 u, res, tapped = kernel.one_step_with_aux(u, expand_results(res), seed=step_seed)
                 # (int32: _loop_if's inputs are pinned by adding a zero, not for bools)
                 field_in = (tapped, tf.cast(tf.reduce_all(res.is_accepted), tf.int32))
@@ -966,8 +991,17 @@ class Sampler:
                 u, res = kernel.one_step(u, expand_results(res), seed=step_seed)
                 field_in = ()
             st = s.sampler_kind.step_stats(res, lp_prev)
+            if tap == "proposal":  # the proposal's field where it was accepted
+                proposed = end_point.read()
+                if proposed is None:
+                    raise RuntimeError(
+                        f"{s.sampler_kind.name}: the kernel's last target evaluation was "
+                        "not traced in the transition's graph (field_at_proposal)"
+                    )
+                accepted = tf.reshape(st.is_accepted, [chains] + [1] * (proposed.shape.rank - 1))
+                carried["field_now"] = tf.where(accepted, proposed, carried["field_now"])
+                field_in = (carried["field_now"],)
             res = slim_results(res)
-            carried = dict(carried)
             values = {
                 "lp": tf.cast(st.target_log_prob, tf.float64) + reference,
                 "acceptance_rate": st.acceptance_rate,
@@ -1037,7 +1071,9 @@ class Sampler:
                 # on the others and copied the moments through itself, and the buffer's
                 # slot was rewritten every transition (~3 field passes per transition).
                 def with_field(state, u_in, *tap_in):
-                    if tap_in:  # the kernel's field, made again where a step was undone
+                    if len(tap_in) == 1:  # the current state's field ("proposal")
+                        field = tap_in[0]
+                    elif tap_in:  # the kernel's field, made again where a step was undone
                         field = _loop_if(
                             tf.equal(tap_in[1], 0),
                             lambda _, u_now: fo.field_fn(*to_x(u_now)),

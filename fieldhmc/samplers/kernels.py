@@ -31,6 +31,7 @@ from fieldhmc.models.reduction import reduce_sum_float64, reduce_sum_squares_flo
 from fieldhmc.samplers import threefry
 
 __all__ = [
+    "EndPointTap",
     "FieldHamiltonianMonteCarlo",
     "FrozenStepSize",
     "JitteredHamiltonianMonteCarlo",
@@ -38,6 +39,7 @@ __all__ = [
     "dual_averaging_step_size",
     "expand_results",
     "kinetic_energy_change",
+    "leapfrog",
     "slim_results",
     "metropolis_results",
     "metropolis_step_stats",
@@ -218,11 +220,83 @@ def _kinetic_energy_change(initial_momentum, final_momentum, initial_sum) -> tf.
     return tf.cast(0.5 * total, initial_momentum[0].dtype)
 
 
+def leapfrog(
+    target_fn, step_sizes, num_steps, momentum_parts, state_parts, target, grad_parts
+) -> tuple[list, list, tf.Tensor, list]:
+    """TFP 0.25's ``SimpleLeapfrogIntegrator`` (the same operations in the same order)
+    with its last step out of the ``tf.while_loop``: the target's last evaluation, at
+    the proposal, is traced in the caller's graph, where an :class:`EndPointTap` can
+    hand on what it computed (the driver's field outputs read the proposal's field
+    there instead of transforming the new state again). ``num_steps >= 1``.
+
+    Returns ``(momentum, state, target, grads)`` at the trajectory's end, as TFP's.
+    """
+    with tf.name_scope("leapfrog_integrate"):
+        return _leapfrog(
+            target_fn, step_sizes, num_steps, momentum_parts, state_parts, target, grad_parts
+        )
+
+
+def _leapfrog(target_fn, step_sizes, num_steps, momentum_parts, state_parts, target, grad_parts):
+    [momentum_parts, state_parts, target, grad_parts] = leapfrog_impl.process_args(
+        target_fn, momentum_parts, state_parts, target, grad_parts
+    )
+
+    def velocity(half_momentum_parts):
+        return half_momentum_parts
+
+    def one_step(*args):
+        return leapfrog_impl._one_step(target_fn, step_sizes, velocity, *args)
+
+    half = [
+        v + leapfrog_impl._multiply(0.5 * eps, g, dtype=v.dtype)
+        for v, eps, g in zip(momentum_parts, step_sizes, grad_parts, strict=True)
+    ]
+    _, half, state_parts, target, grad_parts = tf.while_loop(
+        cond=lambda i, *_: i < num_steps - 1,
+        body=lambda i, *args: [i + 1, *one_step(*args)],
+        loop_vars=[tf.zeros_like(num_steps, name="iter"), half, state_parts, target, grad_parts],
+    )
+    half, state_parts, target, grad_parts = one_step(half, state_parts, target, grad_parts)
+    momentum = [
+        v - leapfrog_impl._multiply(0.5 * eps, g, dtype=v.dtype)
+        for v, eps, g in zip(half, step_sizes, grad_parts, strict=True)
+    ]
+    return momentum, state_parts, target, grad_parts
+
+
+class EndPointTap:
+    """A target ``(*parts) -> (log p, aux)`` called as ``(*parts) -> log p``, which keeps
+    the ``aux`` of its last evaluation.
+
+    A kernel built on it evaluates it as usual; after the kernel's ``one_step``,
+    :meth:`read` gives the ``aux`` of the step's last evaluation if that was traced in
+    the caller's graph (for :class:`FieldHamiltonianMonteCarlo`, the proposal's:
+    :func:`leapfrog`), else None (an evaluation inside a loop's or a conditional's own
+    graph cannot be read outside it).
+    """
+
+    def __init__(self, target_fn: Callable[..., tuple[tf.Tensor, tf.Tensor]]):
+        self.target_fn = target_fn
+        self._aux = None
+
+    def __call__(self, *parts):
+        lp, self._aux = self.target_fn(*parts)
+        return lp
+
+    def read(self):
+        aux = self._aux
+        if aux is None or tf.executing_eagerly():
+            return aux
+        return aux if aux.graph is tf.compat.v1.get_default_graph() else None
+
+
 class _FieldUncalibratedHMC(tfp.mcmc.UncalibratedHamiltonianMonteCarlo):
     """TFP 0.25's uncalibrated HMC step with, for float32 states, :func:`standard_normal`
     momenta and the kinetic energy change of :func:`kinetic_energy_change`; otherwise
     TFP's code (``UncalibratedHamiltonianMonteCarlo.one_step``, without shard axes), and
-    exactly TFP's step for float64 states."""
+    exactly TFP's step for float64 states. Its integrator is :func:`leapfrog` (TFP's, the
+    last step out of the loop), so ``num_leapfrog_steps`` must be at least 1."""
 
     def one_step(self, current_state, previous_kernel_results, seed=None):
         with tf.name_scope(mcmc_util.make_name(self.name, "hmc", "one_step")):
@@ -257,11 +331,14 @@ class _FieldUncalibratedHMC(tfp.mcmc.UncalibratedHamiltonianMonteCarlo):
                 # fusing the sum with the final one after the loop (one field per chain
                 # live through the whole trajectory).
                 initial_target_log_prob += tf.cast(0.0 * initial_kinetic, target_log_prob.dtype)
-            integrator = leapfrog_impl.SimpleLeapfrogIntegrator(
-                self.target_log_prob_fn, step_sizes, num_leapfrog_steps
-            )
-            next_momentum, next_state, next_target_log_prob, next_grads = integrator(
-                momentum_parts, state_parts, initial_target_log_prob, grad_parts
+            next_momentum, next_state, next_target_log_prob, next_grads = leapfrog(
+                self.target_log_prob_fn,
+                step_sizes,
+                num_leapfrog_steps,
+                momentum_parts,
+                state_parts,
+                initial_target_log_prob,
+                grad_parts,
             )
             if self.state_gradients_are_stopped:
                 next_state = [tf.stop_gradient(x) for x in next_state]
@@ -294,6 +371,8 @@ class FieldHamiltonianMonteCarlo(tfp.mcmc.HamiltonianMonteCarlo):
     and wrappers as TFP's kernel."""
 
     def __init__(self, target_log_prob_fn, step_size, num_leapfrog_steps, **kwargs):
+        if isinstance(num_leapfrog_steps, int) and num_leapfrog_steps < 1:
+            raise ValueError(f"num_leapfrog_steps must be >= 1, got {num_leapfrog_steps}")
         super().__init__(target_log_prob_fn, step_size, num_leapfrog_steps, **kwargs)
         inner = self._impl.inner_kernel
         self._impl = tfp.mcmc.MetropolisHastings(

@@ -1,5 +1,5 @@
-"""mclmc's field outputs read the field its target's last evaluation made
-(``MicrocanonicalLangevin.one_step_with_aux``, ``Sampler._field_from_kernel``)."""
+"""mclmc's and hmc's field outputs read the field their target's last evaluation made
+(``MicrocanonicalLangevin.one_step_with_aux``, ``EndPointTap``, ``Sampler._field_tap``)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_stored_fields_and_moments_come_from_the_kernel_and_change_no_draw(tmp_p
     and the chain is the one without the tap, to the bit."""
     plain, base, traces, fields = _run(FieldTarget(computes_field=False), tmp_path, "plain")
     marked, got, traces_m, fields_m = _run(FieldTarget(marker=MARKER), tmp_path, "marked")
-    assert not plain._field_from_kernel() and marked._field_from_kernel()
+    assert plain._field_tap() is None and marked._field_tap() == "aux"
     assert fields.shape == (15, 4, SD.size)
     for name in traces:
         if name != "power":  # P(k) reads the (marked) field
@@ -98,12 +98,88 @@ def test_a_step_undone_makes_its_field_again(tmp_path):
     assert np.all(fields[undone][..., -1] <= WALL)
 
 
-@pytest.mark.parametrize("kind", ["mams", "hmc"])
-def test_only_kernels_that_hand_out_the_field_read_it(kind):
-    """mams and the HMC kinds make the field themselves: their kernels have no
-    ``one_step_with_aux``."""
+@pytest.mark.parametrize(
+    "kind, options, tap",
+    [
+        ("mclmc", {}, "aux"),
+        ("hmc", {}, "proposal"),
+        ("hmc", {"jitter_leapfrog": True}, "proposal"),
+        ("hmc", {"stats_every": 2}, None),  # the field is not needed on every transition
+        ("mams", {}, None),
+        ("fieldnuts", {}, None),
+    ],
+)
+def test_which_kernels_hand_out_the_field(kind, options, tap):
+    """mclmc's kernel hands out its end point's field; hmc's proposal's field is read
+    where the running moments need a field on every transition; mams and the NUTS kinds
+    make the field from the state."""
     target = FieldTarget()
-    settings = SamplerSettings(kind=kind, num_chains=2, num_burnin_steps=4, num_results=4)
+    settings = SamplerSettings(
+        kind=kind, num_chains=2, num_burnin_steps=4, num_results=4, **options
+    )
     outputs = FieldOutputs(field_fn=target.field_from_latents, power_fn=lambda v: v[:, :1])
     sampler = Sampler(target, settings, ["x", "h"], [SD, np.float32(2.0)], outputs)
-    assert not sampler._field_from_kernel()
+    assert sampler._field_tap() == tap
+
+
+@pytest.mark.parametrize("jitter", [False, True])
+def test_hmc_keeps_the_accepted_proposals_field(tmp_path, jitter):
+    """hmc's stored fields are the fields its proposals' evaluations made (marked) from
+    a chain's first accepted proposal in a chunk on, and the field made from the state
+    at the chunk's start (unmarked) before it: a rejected proposal's field is never
+    kept. The draws are those without the tap, to the bit."""
+    kw = {
+        "kind": "hmc",
+        "num_burnin_steps": 30,
+        "num_results": 30,
+        "field_thin": 1,
+        "num_leapfrog_steps": 3,
+        "jitter_leapfrog": jitter,
+    }
+    plain, base, traces, fields = _run(FieldTarget(computes_field=False), tmp_path, "p", **kw)
+    marked, got, traces_m, fields_m = _run(FieldTarget(marker=MARKER), tmp_path, "m", **kw)
+    assert plain._field_tap() is None and marked._field_tap() == "proposal"
+    for name in traces:
+        if name != "power":
+            np.testing.assert_array_equal(traces_m[name], traces[name], err_msg=name)
+    accepted = traces["is_accepted"]  # [30, 4]: two chunks of 15 (steps 30-44, 45-59)
+    assert 0 < accepted.mean() < 1, accepted.mean()
+    since = np.concatenate(
+        [np.logical_or.accumulate(accepted[c : c + 15], axis=0) for c in (0, 15)]
+    )
+    assert since.any() and not since.all()
+    np.testing.assert_allclose(fields_m, fields + MARKER * since[..., None], atol=2e-4)
+    # the running mean pools chains and draws
+    np.testing.assert_allclose(got.field_mean, base.field_mean + MARKER * since.mean(), atol=2e-4)
+
+
+def test_end_point_tap_reads_only_its_callers_graph():
+    """An evaluation inside a loop's own graph (TFP's leapfrog, whose last step is in its
+    while loop) cannot be read outside it: ``read`` gives None there, and the proposal's
+    aux after FieldHamiltonianMonteCarlo's step (its leapfrog's last step is not)."""
+    import tensorflow_probability as tfp
+
+    from fieldhmc.samplers.kernels import EndPointTap, FieldHamiltonianMonteCarlo
+
+    def target(x):
+        return -0.5 * tf.reduce_sum(x**2, axis=-1), 2.0 * x
+
+    x0 = tf.ones([3, 5])
+    for cls, readable in [
+        (FieldHamiltonianMonteCarlo, True),
+        (tfp.mcmc.HamiltonianMonteCarlo, False),
+    ]:
+
+        @tf.function
+        def step(x, cls=cls):
+            tap = EndPointTap(target)
+            kernel = cls(tap, step_size=0.1, num_leapfrog_steps=3)
+            y, results = kernel.one_step(x, kernel.bootstrap_results(x), seed=[1, 2])
+            aux = tap.read()
+            proposal = results.proposed_state
+            return (aux, proposal) if aux is not None else (None, proposal)
+
+        aux, proposal = step(x0)
+        assert (aux is not None) == readable, cls
+        if readable:
+            np.testing.assert_allclose(aux, 2.0 * proposal, rtol=1e-6)

@@ -81,6 +81,11 @@ class SamplerKind:
         Why a kind that does not run on a mesh cannot (empty: not implemented).
     stat_names : tuple of str
         The per-step statistics exported to ``samples.nc``'s ``sample_stats``.
+    field_at_proposal : bool
+        The kernel's last target evaluation in a transition is at its proposal, traced
+        outside any loop (:class:`~fieldhmc.samplers.kernels.EndPointTap`), and its
+        results say per chain whether the proposal was accepted: the driver's field
+        outputs then read the field that evaluation made.
     """
 
     name: ClassVar[str]
@@ -92,6 +97,7 @@ class SamplerKind:
     runs_on_mesh: ClassVar[bool] = False
     mesh_note: ClassVar[str] = ""
     mesh_refusal: ClassVar[str] = ""
+    field_at_proposal: ClassVar[bool] = False
     stat_names: ClassVar[tuple[str, ...]] = (
         "lp",
         "acceptance_rate",

@@ -26,6 +26,7 @@ class Hmc(MetropolisHmcKind):
     description = "fixed-length HMC (optionally jittered)"
     options = HmcOptions
     runs_on_mesh = True
+    field_at_proposal = True  # FieldHamiltonianMonteCarlo's leapfrog ends outside its loop
     mesh_note = (
         "hmc, the configured Fourier-diagonal metric as a map of the latent, fixed or "
         "jittered leapfrog steps, step size adapted in warm-up by TFP's dual averaging "
