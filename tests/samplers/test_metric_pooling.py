@@ -95,10 +95,12 @@ GROUP_SD = np.repeat(np.array([0.1, 0.5, 2.0], np.float32), 16)
 def test_the_driver_pools_the_adapted_metric(tmp_path):
     """Three groups of 16 equal variances, the metric starting 1.5x too wide (a prior
     metric's start): the adapted scales' spread within each group, relative to its true
-    scale, is smaller with the groups than without. Both runs see the same draws in the
-    one window (75 + 25 + 50 transitions), so the ratio is the shrinkage alone: 1 without
-    it, about 0.65 here (the draws' autocorrelation triples the spread over independent
-    draws' noise, and the factor allows for independent draws only)."""
+    scale, is smaller with the groups than without. Both runs of a seed see the same
+    draws in the one window (75 + 25 + 50 transitions), so their ratio is the shrinkage
+    alone: 1 without it; with it 0.60-0.87 over 12 seeds (medians 0.70 and 0.73 with
+    TFP's leapfrog and ours, whose float32 draws round differently), the draws'
+    autocorrelation tripling the spread over independent draws' noise. The mean of four
+    seeds' ratios (spread ~0.035 about ~0.72) is tested against 0.85."""
 
     def target(x):
         return -0.5 * tf.reduce_sum(tf.cast((x / GROUP_SD) ** 2, tf.float64), axis=-1)
@@ -114,17 +116,21 @@ def test_the_driver_pools_the_adapted_metric(tmp_path):
         seed=3,
         adapt_diagonal=True,
     )
-    # one compiled sampler for both runs: the groups act on the host, at a window's end
+    # one compiled sampler for every run: the groups act on the host, at a window's end
     sampler = Sampler(target, settings, ["x"], [1.5 * GROUP_SD])
     init = np.random.default_rng(0).standard_normal((4, GROUP_SD.size)).astype(np.float32)
-    plain = sampler.run(MemorySink(), tmp_path / "plain", [init], progress=False).scales[0]
-    sampler.metric_groups = [np.repeat([0, 1, 2], 16)]
-    pooled = sampler.run(MemorySink(), tmp_path / "pooled", [init], progress=False).scales[0]
 
     def spread(scales):
         return np.std(np.log(scales.reshape(3, 16) / GROUP_SD.reshape(3, 16)), axis=1).mean()
 
-    assert spread(pooled) < 0.8 * spread(plain), (spread(pooled), spread(plain))
+    ratios = []
+    for seed in range(4):
+        sampler.metric_groups = None
+        plain = sampler.run(MemorySink(), tmp_path / f"p{seed}", [init], progress=False, seed=seed)
+        sampler.metric_groups = [np.repeat([0, 1, 2], 16)]
+        pooled = sampler.run(MemorySink(), tmp_path / f"g{seed}", [init], progress=False, seed=seed)
+        ratios.append(spread(pooled.scales[0]) / spread(plain.scales[0]))
+    assert np.mean(ratios) < 0.85, ratios
 
 
 def test_metric_groups_must_match_the_parts():
