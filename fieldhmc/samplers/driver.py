@@ -805,21 +805,25 @@ class Sampler:
         return to_u
 
     # -- compiled pieces -------------------------------------------------------------
-    def _field_tap(self) -> str | None:
-        """How a chunk's field outputs read the field the kernel's own evaluations made,
-        instead of transforming the state again (one ``irfft3d`` of the chains' fields
-        less per field made), given that the target's log density makes exactly
+    def _field_tap(self) -> tuple[str | None, bool]:
+        """Whether a chunk's field outputs read the field the kernel's own evaluations
+        made, instead of transforming the state again (one ``irfft3d`` of the chains'
+        fields less per field made), given that the target's log density makes exactly
         ``field_fn``'s field (``computes_field``, e.g.
-        :class:`~fieldhmc.models.field_model.PinnedTarget`):
+        :class:`~fieldhmc.models.field_model.PinnedTarget`). Returns ``(source, kept)``:
 
-        - ``"aux"``: the kernel passes it out (its ``one_step_with_aux``; mclmc, where
-          the integrator's end point is the new state). mclmc's driver time fell about
-          3% at 16³ (benchmarks/README.md).
-        - ``"proposal"``: the kind's ``field_at_proposal`` (hmc) and running moments on
-          every transition: an :class:`~fieldhmc.samplers.kernels.EndPointTap` reads the
-          proposal's field, which the chunk keeps per chain where it is accepted (the
-          field of the current state, carried through the chunk).
-        - None: the field is made from the state where an output needs it.
+        - source ``"kernel"``: the kernel hands out the field of its proposal (its
+          ``one_step_with_aux``: mclmc, mams); ``"end_point"``: an
+          :class:`~fieldhmc.samplers.kernels.EndPointTap` on its target reads it (the
+          kind's ``field_at_proposal``: hmc, inside TFP's wrappers); None: the field is
+          made from the state where an output needs it.
+        - ``kept``: the running moments read a field on every transition, so the chunk
+          carries the current state's field and takes the proposal's per chain where it
+          is accepted. Otherwise a field is made from the state on the transitions that
+          need one where some chain's proposal was not accepted (mclmc: a step undone).
+
+        mclmc's driver time fell about 3% at 16³ and hmc's driver / bare at 64³ from
+        ~1.12 to ~1.04 (benchmarks/README.md).
         """
         target, fo, s = self.target_log_prob_fn, self.field_outputs, self.settings
         if not (
@@ -827,19 +831,21 @@ class Sampler:
             and getattr(target, "computes_field", False)
             and fo.field_fn == getattr(target, "field_from_latents", None)
         ):
-            return None
+            return None, False
         kind = s.sampler_kind
         kernel_class = getattr(kind, "kernel_class", None)
         if kernel_class is not None and hasattr(kernel_class(), "one_step_with_aux"):
-            return "aux"
-        if kind.field_at_proposal and field_stats_every(s, fo.store_fields) == 1:
-            return "proposal"
-        return None
+            source = "kernel"
+        elif kind.field_at_proposal:
+            source = "end_point"
+        else:
+            return None, False
+        return source, field_stats_every(s, fo.store_fields) == 1
 
     def _kernel(self, metric, reference, dtype, step_size, tap=None):
         """The kind's kernel on the whitened target, and the target's
-        :class:`~fieldhmc.samplers.kernels.EndPointTap` for ``tap`` ``"proposal"`` (else
-        None); ``tap`` ``"aux"``: the kernel's target returns ``(log p, field)``
+        :class:`~fieldhmc.samplers.kernels.EndPointTap` for ``tap`` ``"end_point"`` (else
+        None); ``tap`` ``"kernel"``: the kernel's target returns ``(log p, field)``
         (:meth:`_field_tap`)."""
         s = self.settings
         scales, factor = self._split_metric(metric)
@@ -854,7 +860,7 @@ class Sampler:
             def target(*u_parts):
                 return whitened(*dense_metric.mix(u_parts, factor, idx))
 
-        end_point = EndPointTap(target) if tap == "proposal" else None
+        end_point = EndPointTap(target) if tap == "end_point" else None
         kernel = s.sampler_kind.build_kernel(
             end_point or target,
             s.kind_options,
@@ -862,7 +868,7 @@ class Sampler:
             num_adaptation_steps=s.num_burnin_steps,
             dimension=sum(math.prod(sc.shape) for sc in scales),
         )
-        if tap == "aux":
+        if tap == "kernel":
             kernel = kernel.copy(target_has_aux=True)
         return kernel, end_point
 
@@ -916,7 +922,7 @@ class Sampler:
         results = shift_target_log_prob(carry.read("results"), delta)
         dtype = u_parts[0].dtype
         fo = self.field_outputs if phase != "warmup" else None
-        tap = self._field_tap() if fo is not None else None
+        tap, kept = self._field_tap() if fo is not None else (None, False)
         kernel, end_point = self._kernel(
             scales, reference, dtype, tf.constant(s.step_size, dtype), tap
         )
@@ -960,7 +966,7 @@ class Sampler:
             if fo.store_fields:
                 carried["field_buf"] = tf.zeros([nslots, chains, *x_shape], dtype)
                 carried["nfields"] = tf.constant(0)
-            if tap == "proposal":  # the current state's field, kept per chain
+            if kept:  # the current state's field, kept per chain
                 carried["field_now"] = fo.field_fn(*x0)
         if phase != "sampling" and s.adapt_diagonal:
             carried["lw"] = carry.read("lw")
@@ -983,24 +989,26 @@ class Sampler:
             lp_prev = s.sampler_kind.target_log_prob_of(res)
             # The loop carries slim results (no proposal, no momenta: see slim_results).
             carried = dict(carried)
-            if tap == "aux":  # the field at the step's end point, and whether every chain is there
-                u, res, tapped = kernel.one_step_with_aux(u, expand_results(res), seed=step_seed)
-                # (int32: _loop_if's inputs are pinned by adding a zero, not for bools)
-                field_in = (tapped, tf.cast(tf.reduce_all(res.is_accepted), tf.int32))
+            if tap == "kernel":  # and the field at the proposal
+                u, res, proposed = kernel.one_step_with_aux(u, expand_results(res), seed=step_seed)
             else:
                 u, res = kernel.one_step(u, expand_results(res), seed=step_seed)
-                field_in = ()
-            st = s.sampler_kind.step_stats(res, lp_prev)
-            if tap == "proposal":  # the proposal's field where it was accepted
-                proposed = end_point.read()
-                if proposed is None:
+                proposed = end_point.read() if tap == "end_point" else None
+                if tap and proposed is None:
                     raise RuntimeError(
                         f"{s.sampler_kind.name}: the kernel's last target evaluation was "
                         "not traced in the transition's graph (field_at_proposal)"
                     )
+            st = s.sampler_kind.step_stats(res, lp_prev)
+            if kept:  # the proposal's field where it was accepted
                 accepted = tf.reshape(st.is_accepted, [chains] + [1] * (proposed.shape.rank - 1))
                 carried["field_now"] = tf.where(accepted, proposed, carried["field_now"])
                 field_in = (carried["field_now"],)
+            elif tap:  # and whether every chain's proposal was accepted
+                # (int32: _loop_if's inputs are pinned by adding a zero, not for bools)
+                field_in = (proposed, tf.cast(tf.reduce_all(st.is_accepted), tf.int32))
+            else:
+                field_in = ()
             res = slim_results(res)
             values = {
                 "lp": tf.cast(st.target_log_prob, tf.float64) + reference,
@@ -1071,9 +1079,9 @@ class Sampler:
                 # on the others and copied the moments through itself, and the buffer's
                 # slot was rewritten every transition (~3 field passes per transition).
                 def with_field(state, u_in, *tap_in):
-                    if len(tap_in) == 1:  # the current state's field ("proposal")
+                    if len(tap_in) == 1:  # the current state's field (kept)
                         field = tap_in[0]
-                    elif tap_in:  # the kernel's field, made again where a step was undone
+                    elif tap_in:  # the proposal's field, made again where one was not taken
                         field = _loop_if(
                             tf.equal(tap_in[1], 0),
                             lambda _, u_now: fo.field_fn(*to_x(u_now)),

@@ -1131,6 +1131,17 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         return ends[2] - ends[1]
 
     def one_step(self, current_state, previous_kernel_results, seed=None):
+        state, results, _ = self.one_step_with_aux(current_state, previous_kernel_results, seed)
+        return state, results
+
+    def one_step_with_aux(self, current_state, previous_kernel_results, seed=None):
+        """:meth:`one_step`, and the target's ``aux`` (``target_has_aux``; else None) at
+        the proposal: the new state where ``is_accepted``. With ``target_has_aux`` the
+        trajectory's last integrator step runs in a loop of its own that also carries
+        the ``aux`` out (``num_steps >= 1``). A loop, not the step traced here: a loop
+        body is compiled on its own, so the proposal rounds the same whatever the
+        program around it (the one-program and post-warm-up chunks draw the same to the
+        bit; traced here, the energy error differed in the last bits)."""
         r = previous_kernel_results
         seed = tfp.random.sanitize_seed(seed)
         velocity_seed, length_seed, accept_seed = tfp.random.split_seed(seed, n=3)
@@ -1141,13 +1152,14 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         num_steps = _num_integration_steps(big_l / eps, length_seed)
         u0 = _unit_vector(x0, velocity_seed)
         step = integrator_step(self._value_and_grad, self.integrator, dim)
+        with_aux = self._parameters["target_has_aux"]
 
         def body(i, x, u, lp, g, dk):
             x, u, lp, g, d = step(x, u, g, eps)
             return i + 1, x, u, lp, g, dk + d
 
         _, x, u, lp, g, dk = tf.while_loop(
-            lambda i, *_: i < num_steps,
+            lambda i, *_: i < num_steps - int(with_aux),
             body,
             (
                 tf.constant(0),
@@ -1158,6 +1170,29 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
                 tf.zeros_like(r.target_log_prob),
             ),
         )
+        aux = None
+        if with_aux:  # the last step, in a loop of one trip that carries its aux out
+            taps = []
+
+            def value_and_grad(x):
+                lp, g, aux = self._value_grad_aux(x)
+                taps.append(aux)
+                return lp, g
+
+            last = integrator_step(value_and_grad, self.integrator, dim)
+
+            def last_body(i, x, u, lp, g, dk, _):
+                x, u, lp, g, d = last(x, u, g, eps)
+                return i + 1, x, u, lp, g, dk + d, taps[-1]
+
+            # (its shape only: the probe's evaluation is not used, and compiled away)
+            probe = self._value_grad_aux(x)[2]
+            _, x, u, lp, g, dk, aux = tf.while_loop(
+                lambda i, *_: i < tf.minimum(num_steps, 1),
+                last_body,
+                (tf.constant(0), x, u, lp, g, dk, tf.zeros_like(probe)),
+                maximum_iterations=1,
+            )
         energy_change = dk - lp + r.target_log_prob
         finite = _all_finite(x) & tf.math.is_finite(lp) & tf.math.is_finite(energy_change)
         log_accept = tf.where(
@@ -1193,7 +1228,7 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
             tuning=tuning,
             seed=seed,
         )
-        return tf.nest.pack_sequence_as(current_state, x), results
+        return tf.nest.pack_sequence_as(current_state, x), results, aux
 
     def _tune(self, r, x, accept_prob, finite, dim, lp_change=None):
         t = r.step

@@ -67,7 +67,7 @@ def test_stored_fields_and_moments_come_from_the_kernel_and_change_no_draw(tmp_p
     and the chain is the one without the tap, to the bit."""
     plain, base, traces, fields = _run(FieldTarget(computes_field=False), tmp_path, "plain")
     marked, got, traces_m, fields_m = _run(FieldTarget(marker=MARKER), tmp_path, "marked")
-    assert plain._field_tap() is None and marked._field_tap() == "aux"
+    assert plain._field_tap() == (None, False) and marked._field_tap() == ("kernel", False)
     assert fields.shape == (15, 4, SD.size)
     for name in traces:
         if name != "power":  # P(k) reads the (marked) field
@@ -101,18 +101,19 @@ def test_a_step_undone_makes_its_field_again(tmp_path):
 @pytest.mark.parametrize(
     "kind, options, tap",
     [
-        ("mclmc", {}, "aux"),
-        ("hmc", {}, "proposal"),
-        ("hmc", {"jitter_leapfrog": True}, "proposal"),
-        ("hmc", {"stats_every": 2}, None),  # the field is not needed on every transition
-        ("mams", {}, None),
-        ("fieldnuts", {}, None),
+        ("mclmc", {}, ("kernel", False)),
+        ("mclmc", {"stats_every": 1}, ("kernel", True)),
+        ("mams", {}, ("kernel", True)),
+        ("hmc", {}, ("end_point", True)),
+        ("hmc", {"jitter_leapfrog": True}, ("end_point", True)),
+        ("hmc", {"stats_every": 2}, ("end_point", False)),
+        ("fieldnuts", {}, (None, False)),
     ],
 )
 def test_which_kernels_hand_out_the_field(kind, options, tap):
-    """mclmc's kernel hands out its end point's field; hmc's proposal's field is read
-    where the running moments need a field on every transition; mams and the NUTS kinds
-    make the field from the state."""
+    """mclmc's and mams' kernels hand out their proposal's field, hmc's target's last
+    evaluation is read; the current field is kept through the chunk where the running
+    moments read one every transition. The NUTS kinds make the field from the state."""
     target = FieldTarget()
     settings = SamplerSettings(
         kind=kind, num_chains=2, num_burnin_steps=4, num_results=4, **options
@@ -122,35 +123,45 @@ def test_which_kernels_hand_out_the_field(kind, options, tap):
     assert sampler._field_tap() == tap
 
 
-@pytest.mark.parametrize("jitter", [False, True])
-def test_hmc_keeps_the_accepted_proposals_field(tmp_path, jitter):
-    """hmc's stored fields are the fields its proposals' evaluations made (marked) from
-    a chain's first accepted proposal in a chunk on, and the field made from the state
-    at the chunk's start (unmarked) before it: a rejected proposal's field is never
-    kept. The draws are those without the tap, to the bit."""
-    kw = {
-        "kind": "hmc",
-        "num_burnin_steps": 30,
-        "num_results": 30,
-        "field_thin": 1,
-        "num_leapfrog_steps": 3,
-        "jitter_leapfrog": jitter,
-    }
+@pytest.mark.parametrize(
+    "kind, options",
+    [
+        ("hmc", {"num_leapfrog_steps": 3}),
+        ("hmc", {"num_leapfrog_steps": 3, "jitter_leapfrog": True}),
+        ("hmc", {"num_leapfrog_steps": 3, "stats_every": 2}),
+        ("mams", {"warmup_stop": "fixed"}),
+    ],
+)
+def test_the_accepted_proposals_field_is_kept(tmp_path, kind, options):
+    """The stored fields are those the proposals' evaluations made (marked) where they
+    were accepted, and a rejected proposal's field is never kept. Kept through the chunk
+    (running moments every transition): marked from a chain's first accepted proposal
+    in a chunk on, the field made from the chunk's first state (unmarked) before it.
+    Otherwise (``stats_every`` 2): marked where every chain's proposal was accepted,
+    made from the state (unmarked) elsewhere. The draws are those without the tap, to
+    the bit."""
+    kw = {"kind": kind, "num_burnin_steps": 30, "num_results": 30, "field_thin": 1, **options}
     plain, base, traces, fields = _run(FieldTarget(computes_field=False), tmp_path, "p", **kw)
     marked, got, traces_m, fields_m = _run(FieldTarget(marker=MARKER), tmp_path, "m", **kw)
-    assert plain._field_tap() is None and marked._field_tap() == "proposal"
+    kept = "stats_every" not in options
+    assert plain._field_tap() == (None, False) and marked._field_tap()[1] == kept
     for name in traces:
         if name != "power":
             np.testing.assert_array_equal(traces_m[name], traces[name], err_msg=name)
     accepted = traces["is_accepted"]  # [30, 4]: two chunks of 15 (steps 30-44, 45-59)
     assert 0 < accepted.mean() < 1, accepted.mean()
-    since = np.concatenate(
-        [np.logical_or.accumulate(accepted[c : c + 15], axis=0) for c in (0, 15)]
-    )
-    assert since.any() and not since.all()
-    np.testing.assert_allclose(fields_m, fields + MARKER * since[..., None], atol=2e-4)
-    # the running mean pools chains and draws
-    np.testing.assert_allclose(got.field_mean, base.field_mean + MARKER * since.mean(), atol=2e-4)
+    if kept:
+        mark = np.concatenate(
+            [np.logical_or.accumulate(accepted[c : c + 15], axis=0) for c in (0, 15)]
+        )
+    else:
+        mark = np.broadcast_to(accepted.all(axis=1, keepdims=True), accepted.shape)
+    assert mark.any() and not mark.all()
+    np.testing.assert_allclose(fields_m, fields + MARKER * mark[..., None], atol=2e-4)
+    if kept:  # the running mean pools chains and draws
+        np.testing.assert_allclose(
+            got.field_mean, base.field_mean + MARKER * mark.mean(), atol=2e-4
+        )
 
 
 def test_end_point_tap_reads_only_its_callers_graph():
@@ -183,3 +194,35 @@ def test_end_point_tap_reads_only_its_callers_graph():
         assert (aux is not None) == readable, cls
         if readable:
             np.testing.assert_allclose(aux, 2.0 * proposal, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["hmc", "mams"])
+def test_one_program_and_two_draw_the_same_with_the_tap(tmp_path, kind):
+    """With the field read from the kernel (and kept through the chunk), one program for
+    both phases and a post-warm-up program of their own still make the same transitions
+    and outputs, to the bit: the proposal's last step rounds the same whatever program
+    it is compiled into (mams runs it in a loop of its own)."""
+    from tests.samplers.test_driver import _assert_same_bytes
+
+    target = FieldTarget()
+    outputs = FieldOutputs(
+        field_fn=target.field_from_latents,
+        power_fn=lambda f: tf.reduce_mean(f**2, -1, keepdims=True),
+    )
+    runs = []
+    for separate in (True, False):
+        settings = SamplerSettings(
+            kind=kind,
+            num_chains=2,
+            num_burnin_steps=20,
+            num_results=30,
+            num_leapfrog_steps=4,
+            chunk_size=10,
+            field_thin=3,
+            separate_sampling_program=separate,
+        )
+        sampler = Sampler(target, settings, ["x", "h"], [SD, np.float32(2.0)], outputs)
+        assert sampler._field_tap() == (("end_point" if kind == "hmc" else "kernel"), True)
+        sink = MemorySink()
+        runs += [sink, sampler.run(sink, tmp_path / str(separate), _init(chains=2), progress=False)]
+    _assert_same_bytes(*runs)
