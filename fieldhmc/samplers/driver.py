@@ -822,8 +822,7 @@ class Sampler:
           is accepted. Otherwise a field is made from the state on the transitions that
           need one where some chain's proposal was not accepted (mclmc: a step undone).
 
-        mclmc's driver time fell about 3% at 16³ and hmc's driver / bare at 64³ from
-        ~1.12 to ~1.04 (benchmarks/README.md).
+        What each saves is measured in benchmarks/README.md.
         """
         target, fo, s = self.target_log_prob_fn, self.field_outputs, self.settings
         if not (

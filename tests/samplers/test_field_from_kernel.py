@@ -1,5 +1,6 @@
-"""mclmc's and hmc's field outputs read the field their target's last evaluation made
-(``MicrocanonicalLangevin.one_step_with_aux``, ``EndPointTap``, ``Sampler._field_tap``)."""
+"""mclmc's, mams' and hmc's field outputs read the field their target's last evaluation
+made (``one_step_with_aux`` of the microcanonical kernels, ``EndPointTap``,
+``Sampler._field_tap``)."""
 
 from __future__ import annotations
 
@@ -185,10 +186,8 @@ def test_end_point_tap_reads_only_its_callers_graph():
         def step(x, cls=cls):
             tap = EndPointTap(target)
             kernel = cls(tap, step_size=0.1, num_leapfrog_steps=3)
-            y, results = kernel.one_step(x, kernel.bootstrap_results(x), seed=[1, 2])
-            aux = tap.read()
-            proposal = results.proposed_state
-            return (aux, proposal) if aux is not None else (None, proposal)
+            _, results = kernel.one_step(x, kernel.bootstrap_results(x), seed=[1, 2])
+            return tap.read(), results.proposed_state
 
         aux, proposal = step(x0)
         assert (aux is not None) == readable, cls
