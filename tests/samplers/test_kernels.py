@@ -300,3 +300,12 @@ def test_hmc_step_does_not_keep_the_initial_momentum_through_the_trajectory():
     read_after = {name for line in entry[loop + 1 :] for name in re.findall(r"%[\w.\-]+", line)}
     assert before, "no field-sized values before the leapfrog loop: test out of date"
     assert not before & read_after
+
+
+def test_field_hmc_needs_a_leapfrog_step():
+    """Its leapfrog takes the last step after the loop, so zero steps is refused (TFP's
+    HMC would return the state unchanged)."""
+    from fieldhmc.samplers.kernels import FieldHamiltonianMonteCarlo
+
+    with pytest.raises(ValueError, match="num_leapfrog_steps must be >= 1, got 0"):
+        FieldHamiltonianMonteCarlo(lambda x: -0.5 * tf.reduce_sum(x**2, -1), 0.1, 0)
