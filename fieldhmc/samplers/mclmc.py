@@ -675,6 +675,16 @@ class _MicrocanonicalBase(tfp.mcmc.TransitionKernel):
         g = tape.gradient(lp, x, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return lp, list(g), aux
 
+    def _tapped_value_and_grad(self, taps: list):
+        """``x -> (lp, gradients)`` that appends each evaluation's ``aux`` to ``taps``."""
+
+        def value_and_grad(x):
+            lp, g, aux = self._value_grad_aux(x)
+            taps.append(aux)
+            return lp, g
+
+        return value_and_grad
+
     def _maybe_tune(self, r, x, statistic, finite, dim, lp_change=None):
         """:meth:`_tune` (its only caller) on warm-up transitions; after warm-up the step,
         L and the tuner's state stay as tuned and no tuner code runs. The conditional is
@@ -860,13 +870,7 @@ class MicrocanonicalLangevin(_MicrocanonicalBase):
         dtype = x0[0].dtype
         eps, big_l = r.step_size, r.trajectory_length
         taps = []  # the aux of each evaluation, traced in this graph: the last is the end's
-
-        def value_and_grad(x):
-            lp, g, aux = self._value_grad_aux(x)
-            taps.append(aux)
-            return lp, g
-
-        step = integrator_step(value_and_grad, self.integrator, dim)
+        step = integrator_step(self._tapped_value_and_grad(taps), self.integrator, dim)
         x, u, lp, g, dk = step(x0, r.velocity, r.grads_target_log_prob, eps)
         # Partial refresh: nu = sqrt((exp(2 eps / L) - 1) / d).
         nu = refresh_scale(eps, big_l, dim)
@@ -1173,13 +1177,7 @@ class MetropolisAdjustedMicrocanonical(_MicrocanonicalBase):
         aux = None
         if with_aux:  # the last step, in a loop of one trip that carries its aux out
             taps = []
-
-            def value_and_grad(x):
-                lp, g, aux = self._value_grad_aux(x)
-                taps.append(aux)
-                return lp, g
-
-            last = integrator_step(value_and_grad, self.integrator, dim)
+            last = integrator_step(self._tapped_value_and_grad(taps), self.integrator, dim)
 
             def last_body(i, x, u, lp, g, dk, _):
                 x, u, lp, g, d = last(x, u, g, eps)

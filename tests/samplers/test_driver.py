@@ -599,7 +599,7 @@ TUNED_KINDS = [
 ]
 
 
-def _short_sampler(kind: str, field_outputs=None, **kw) -> Sampler:
+def _short_sampler(kind: str, field_outputs=None, target=gaussian_target, **kw) -> Sampler:
     settings = SamplerSettings(
         kind=kind,
         num_chains=2,
@@ -610,7 +610,7 @@ def _short_sampler(kind: str, field_outputs=None, **kw) -> Sampler:
         chunk_size=10,
         **kw,
     )
-    return Sampler(gaussian_target, settings, ["x", "h"], [SD, np.float32(2.0)], field_outputs)
+    return Sampler(target, settings, ["x", "h"], [SD, np.float32(2.0)], field_outputs)
 
 
 def _record_tuners(monkeypatch) -> tuple[set, list]:

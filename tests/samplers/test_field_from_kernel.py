@@ -201,7 +201,7 @@ def test_one_program_and_two_draw_the_same_with_the_tap(tmp_path, kind):
     both phases and a post-warm-up program of their own still make the same transitions
     and outputs, to the bit: the proposal's last step rounds the same whatever program
     it is compiled into (mams runs it in a loop of its own)."""
-    from tests.samplers.test_driver import _assert_same_bytes
+    from tests.samplers.test_driver import _assert_same_bytes, _short_sampler
 
     target = FieldTarget()
     outputs = FieldOutputs(
@@ -210,17 +210,9 @@ def test_one_program_and_two_draw_the_same_with_the_tap(tmp_path, kind):
     )
     runs = []
     for separate in (True, False):
-        settings = SamplerSettings(
-            kind=kind,
-            num_chains=2,
-            num_burnin_steps=20,
-            num_results=30,
-            num_leapfrog_steps=4,
-            chunk_size=10,
-            field_thin=3,
-            separate_sampling_program=separate,
+        sampler = _short_sampler(
+            kind, outputs, target, field_thin=3, separate_sampling_program=separate
         )
-        sampler = Sampler(target, settings, ["x", "h"], [SD, np.float32(2.0)], outputs)
         assert sampler._field_tap() == (("end_point" if kind == "hmc" else "kernel"), True)
         sink = MemorySink()
         runs += [sink, sampler.run(sink, tmp_path / str(separate), _init(chains=2), progress=False)]
